@@ -1,0 +1,59 @@
+"""blpickle: pickle for objects with big numeric buffers.
+
+A drop-in for ``pickle.dump/dumps/load/loads`` that takes every contiguous buffer out of band
+and writes it as a chunked, multithreaded Blosc2 stream in one self-describing file.
+"""
+
+from .errors import (
+    BadMagicError,
+    BlpickleError,
+    BlpickleWarning,
+    ChecksumError,
+    CorruptError,
+    DumpError,
+    LimitError,
+    LoadError,
+    OptionsError,
+    TruncatedError,
+    UnsupportedVersionError,
+)
+from .options import PRESETS, Options
+from .pickler import (
+    DEFAULT_PROTOCOL,
+    HIGHEST_PROTOCOL,
+    CloudPickler,
+    Pickler,
+    Unpickler,
+    dump,
+    dumps,
+    load,
+    loads,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_PROTOCOL",
+    "HIGHEST_PROTOCOL",
+    "PRESETS",
+    "BadMagicError",
+    "BlpickleError",
+    "BlpickleWarning",
+    "ChecksumError",
+    "CloudPickler",
+    "CorruptError",
+    "DumpError",
+    "LimitError",
+    "LoadError",
+    "OptionsError",
+    "Options",
+    "Pickler",
+    "TruncatedError",
+    "Unpickler",
+    "UnsupportedVersionError",
+    "__version__",
+    "dump",
+    "dumps",
+    "load",
+    "loads",
+]

@@ -1,0 +1,113 @@
+"""Out-of-band payloads: the memory of one buffer, cut into chunks without copying it whole."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pickle import PickleBuffer
+
+import numpy as np
+
+__all__ = ["Payload", "shuffle_typesize"]
+
+#: Blosc2's largest typesize.
+_MAX_TYPESIZE = 255
+
+
+def shuffle_typesize(itemsize: int, dtype: np.dtype | None = None) -> int:
+    """Return the element size the shuffle filter should use for this data.
+
+    Unicode arrays shuffle by code point (4 bytes); elements over Blosc2's limit of 255 bytes
+    (wide structured dtypes) use the largest power of two up to 8 that divides them.
+    """
+    if dtype is not None and dtype.kind == "U":
+        return 4
+    if itemsize <= _MAX_TYPESIZE:
+        return max(itemsize, 1)
+    return math.gcd(itemsize, 8)
+
+
+class Payload:
+    """The bytes of one out-of-band buffer, contiguous or a strided numpy view.
+
+    Attributes:
+        nbytes: size of the data in bytes (C order for strided views).
+        itemsize: element size for the shuffle filter.
+        dtype, shape: the numpy array it holds, if it is one (recorded in the header).
+    """
+
+    def __init__(
+        self,
+        contiguous: memoryview | None,
+        strided: np.ndarray | None,
+        itemsize: int,
+        dtype: np.dtype | None = None,
+        shape: tuple[int, ...] | None = None,
+    ) -> None:
+        self._contiguous = contiguous
+        self._strided = strided
+        self.nbytes = contiguous.nbytes if contiguous is not None else strided.nbytes
+        self.itemsize = shuffle_typesize(itemsize, dtype)
+        self.dtype = dtype
+        self.shape = shape
+
+    @classmethod
+    def from_array(cls, array: np.ndarray) -> Payload:
+        """Wrap a numpy array (any order, any strides; not an object array) without copying."""
+        if array.flags.c_contiguous or array.flags.f_contiguous:
+            flat = array.reshape(-1, order="A").view(np.uint8)
+            return cls(memoryview(flat), None, array.itemsize, array.dtype, array.shape)
+        return cls(None, array, array.itemsize, array.dtype, array.shape)
+
+    @classmethod
+    def from_picklebuffer(cls, buffer: PickleBuffer) -> Payload:
+        """Wrap a contiguous PickleBuffer; its format gives the element size."""
+        return cls(buffer.raw(), None, memoryview(buffer).itemsize)
+
+    @property
+    def chunk_multiple(self) -> int:
+        """Chunks of strided data must hold whole elements."""
+        return 1 if self._strided is None else self._strided.itemsize
+
+    def chunks(self, chunk_size: int) -> Iterator[memoryview | np.ndarray]:
+        """Yield the data in pieces of ``chunk_size`` bytes (a multiple of ``chunk_multiple``).
+
+        Contiguous data is sliced without copying; strided data is copied one piece at a time.
+        """
+        if self._contiguous is not None:
+            for start in range(0, self.nbytes, chunk_size):
+                yield self._contiguous[start : start + chunk_size]
+            return
+        array = self._strided
+        step = chunk_size // array.itemsize
+        for start in range(0, array.size, step):
+            piece = np.empty(min(step, array.size - start), dtype=array.dtype)
+            _copy_flat_range(array, start, start + piece.size, piece)
+            yield piece.view(np.uint8)
+
+
+def _copy_flat_range(array: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
+    """Copy elements ``start:stop`` of ``array`` in C order into the 1-D array ``out``.
+
+    Works on any strides with a few block copies per dimension, never a full-size temporary.
+    """
+    if array.ndim <= 1:
+        out[...] = array.reshape(-1)[start:stop]
+        return
+    inner = math.prod(array.shape[1:])
+    first, first_offset = divmod(start, inner)
+    last, last_offset = divmod(stop, inner)
+    if first == last:
+        _copy_flat_range(array[first], first_offset, last_offset, out)
+        return
+    pos = 0
+    if first_offset:
+        pos = inner - first_offset
+        _copy_flat_range(array[first], first_offset, inner, out[:pos])
+        first += 1
+    if last > first:
+        count = (last - first) * inner
+        out[pos : pos + count].reshape((last - first, *array.shape[1:]))[...] = array[first:last]
+        pos += count
+    if last_offset:
+        _copy_flat_range(array[last], 0, last_offset, out[pos:])

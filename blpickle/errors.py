@@ -1,0 +1,105 @@
+"""The blpickle exception tree.
+
+::
+
+    BlpickleError
+     ├── OptionsError (ValueError)          invalid dump/load options
+     ├── DumpError (pickle.PicklingError)   an object or buffer could not be written
+     └── LoadError (pickle.UnpicklingError) the input is not a valid blpickle record
+          ├── BadMagicError                 the input does not start with blpickle's magic
+          ├── UnsupportedVersionError       a format major version this reader does not know
+          ├── TruncatedError (EOFError)     the input ended early
+          ├── ChecksumError                 a stored checksum does not match the data
+          ├── LimitError                    a declared size is over a limit
+          └── CorruptError                  a field has a value that cannot be right
+
+Every load-side error is a ``pickle.UnpicklingError``, so ``except pickle.UnpicklingError``
+in existing code keeps catching them.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+__all__ = [
+    "BadMagicError",
+    "BlpickleError",
+    "BlpickleWarning",
+    "ChecksumError",
+    "CorruptError",
+    "DumpError",
+    "LimitError",
+    "LoadError",
+    "OptionsError",
+    "TruncatedError",
+    "UnsupportedVersionError",
+]
+
+
+class BlpickleError(Exception):
+    """Base class of every exception raised by blpickle."""
+
+
+class BlpickleWarning(UserWarning):
+    """Something in the environment changes how blpickle works (for example BLOSC_* variables)."""
+
+
+class OptionsError(BlpickleError, ValueError):
+    """An option passed to dump/load has an invalid value."""
+
+
+class DumpError(BlpickleError, pickle.PicklingError):
+    """An object or one of its buffers could not be written."""
+
+
+class LoadError(BlpickleError, pickle.UnpicklingError):
+    """The input is not a valid blpickle record."""
+
+
+class BadMagicError(LoadError):
+    """The input does not start with the blpickle magic bytes."""
+
+    def __init__(self, found: bytes) -> None:
+        super().__init__(f"not a blpickle record: expected the magic bytes at offset 0, found {found!r}")
+        self.found = found
+
+
+class UnsupportedVersionError(LoadError):
+    """The record was written with a format major version this reader does not know."""
+
+    def __init__(self, major: int, minor: int, supported: int) -> None:
+        super().__init__(
+            f"blpickle format version {major}.{minor} is not supported by this reader "
+            f"(it reads major version {supported}); upgrade blpickle"
+        )
+        self.major, self.minor = major, minor
+
+
+class TruncatedError(LoadError, EOFError):
+    """The input ended before the record was complete."""
+
+    def __init__(self, what: str, offset: int, expected: int, found: int) -> None:
+        super().__init__(
+            f"blpickle record truncated while reading {what} at offset {offset}: "
+            f"expected {expected} bytes, found {found}"
+        )
+        self.what, self.offset, self.expected, self.found = what, offset, expected, found
+
+
+class ChecksumError(LoadError):
+    """A stored checksum does not match the data it covers."""
+
+    def __init__(self, what: str, offset: int, expected: int, found: int) -> None:
+        super().__init__(
+            f"checksum mismatch in {what} at offset {offset}: "
+            f"stored {expected:#018x}, computed {found:#018x}; the data is damaged"
+        )
+        self.what, self.offset, self.expected, self.found = what, offset, expected, found
+
+
+class LimitError(LoadError):
+    """A size declared in the record is over a limit; nothing was allocated for it."""
+
+
+class CorruptError(LoadError):
+    """A field of the record has a value that cannot be right."""

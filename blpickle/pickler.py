@@ -1,0 +1,413 @@
+"""The drop-in Pickler/Unpickler and dump/dumps/load/loads.
+
+Pickling runs the C pickler at protocol 5 into memory (the object graph is small), taking
+every contiguous buffer out of band, then writes one record (:mod:`blpickle.format`) with the
+buffers as chunked, multithreaded Blosc2 streams. Loading reads the record back; input that
+does not start with blpickle's magic is read as plain pickle data.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
+from pickle import PickleBuffer
+from typing import Any, BinaryIO
+
+import cloudpickle
+import numpy as np
+
+from . import format as fmt
+from .arrays import reduce_ndarray
+from .buffers import Payload
+from .errors import LoadError, OptionsError, TruncatedError
+from .files import atomic_write, is_path
+from .options import Options, available_threads, resolve_options
+from .stream import FileSource, MemorySource, RecordReader, write_record
+
+__all__ = [
+    "DEFAULT_PROTOCOL",
+    "HIGHEST_PROTOCOL",
+    "CloudPickler",
+    "Pickler",
+    "Unpickler",
+    "dump",
+    "dumps",
+    "load",
+    "loads",
+]
+
+HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+#: blpickle pickles at protocol 5 unless told otherwise: it is the one with out-of-band buffers.
+DEFAULT_PROTOCOL = 5
+
+BufferCallback = Callable[[PickleBuffer], Any]
+MMAP_MODES = (None, "r", "r+", "c")
+
+
+class _RecordPickler:
+    """Shared by :class:`Pickler` and :class:`CloudPickler`: pickles into memory with
+    buffers out of band, then writes one blpickle record to the file per :meth:`dump`."""
+
+    options: Options
+
+    def __init__(
+        self,
+        file: BinaryIO,
+        protocol: int | None = None,
+        *,
+        fix_imports: bool = True,
+        buffer_callback: BufferCallback | None = None,
+        **options: Any,
+    ) -> None:
+        self.options = resolve_options(**options)
+        if self.options.pickler != self._kind:
+            raise OptionsError(f"pickler={self.options.pickler!r}: use blpickle.{_PICKLER_NAMES[self.options.pickler]}")
+        self._protocol = DEFAULT_PROTOCOL if protocol is None else protocol
+        if self._protocol < 0:
+            self._protocol = HIGHEST_PROTOCOL
+        self._graph = io.BytesIO()
+        self._user_callback = buffer_callback
+        self.dispatch_table = self._dispatch_table()
+        callback = self._take_buffer if self._protocol >= 5 else buffer_callback
+        self._init_pickler(self._graph, self._protocol, fix_imports, callback)
+        if not hasattr(file, "write"):
+            raise TypeError("file must have a 'write' attribute")
+        self._file = file
+        self._reset()
+
+    _kind = "pickle"
+
+    def _init_pickler(self, graph: io.BytesIO, protocol: int, fix_imports: bool, callback: Any) -> None:
+        pickle.Pickler.__init__(self, graph, protocol, fix_imports=fix_imports, buffer_callback=callback)
+
+    def _dispatch_table(self) -> Any:
+        return {**copyreg.dispatch_table, np.ndarray: self._reduce_ndarray, np.memmap: self._reduce_ndarray}
+
+    def _reset(self) -> None:
+        self._payloads: list[Payload] = []
+        self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray]] = {}
+        self._external: list[int] = []
+        self._slots = 0
+
+    def _reduce_ndarray(self, array: np.ndarray) -> Any:
+        if type(array) is not np.ndarray:
+            array = array.view(np.ndarray)  # np.memmap and friends load as plain arrays
+        contiguous = array.flags.c_contiguous or array.flags.f_contiguous
+        if (
+            self._protocol < 5
+            or array.dtype.hasobject
+            or array.dtype.itemsize == 0
+            or (self._user_callback is not None and contiguous)
+        ):
+            return array.__reduce_ex__(self._protocol)
+        placeholder = PickleBuffer(bytearray())
+        self._placeholders[id(placeholder)] = (placeholder, array)
+        return reduce_ndarray(array, placeholder)
+
+    def _take_buffer(self, buffer: PickleBuffer) -> bool:
+        taken = self._placeholders.pop(id(buffer), None)
+        if taken is not None:
+            self._payloads.append(Payload.from_array(taken[1]))
+        elif self._user_callback is not None:
+            if self._user_callback(buffer):
+                return True  # the caller wants it in band
+            self._external.append(self._slots)
+        else:
+            self._payloads.append(Payload.from_picklebuffer(buffer))
+        self._slots += 1
+        return False
+
+    def dump(self, obj: Any) -> None:
+        """Write ``obj`` as one blpickle record to the file.
+
+        Raises:
+            pickle.PicklingError: when ``obj`` cannot be pickled.
+        """
+        self._graph.seek(0)
+        self._graph.truncate()
+        self._reset()
+        self.clear_memo()
+        try:
+            super().dump(obj)
+            graph = self._graph.getbuffer()
+            try:
+                payloads = [Payload(graph, None, 1), *self._payloads]
+                write_record(self._file, self._header(payloads), payloads, self.options)
+            finally:
+                del payloads
+                graph.release()
+        finally:
+            self._reset()
+
+    def _header(self, payloads: list[Payload]) -> fmt.Header:
+        raw = self.options.codec is None
+        streams = []
+        for payload in payloads:
+            multiple = payload.chunk_multiple
+            chunk_size = max(self.options.chunk_size // multiple * multiple, multiple)
+            streams.append(
+                fmt.StreamInfo(
+                    nbytes=payload.nbytes,
+                    chunk_size=max(payload.nbytes, 1) if raw else chunk_size,
+                    itemsize=payload.itemsize,
+                    raw=raw,
+                    dtype=None if payload.dtype is None else str(payload.dtype),
+                    shape=payload.shape,
+                )
+            )
+        return fmt.Header(self.options.to_dict(), self._protocol, tuple(streams), tuple(self._external))
+
+
+class Pickler(_RecordPickler, pickle.Pickler):
+    """A C ``pickle.Pickler`` that writes blpickle records.
+
+    Same arguments as ``pickle.Pickler`` (protocol defaults to 5), plus keyword options for
+    :class:`blpickle.Options` (``codec=``, ``clevel=``, ..., or ``preset=``).
+    """
+
+
+class CloudPickler(_RecordPickler, cloudpickle.Pickler):
+    """A ``cloudpickle.Pickler`` that writes blpickle records: it also saves lambdas,
+    closures and classes defined in ``__main__``, by value."""
+
+    _kind = "cloudpickle"
+
+    def _init_pickler(self, graph: io.BytesIO, protocol: int, fix_imports: bool, callback: Any) -> None:
+        cloudpickle.Pickler.__init__(self, graph, protocol, buffer_callback=callback)
+
+    def _dispatch_table(self) -> Any:
+        from collections import ChainMap
+
+        ours = {np.ndarray: self._reduce_ndarray, np.memmap: self._reduce_ndarray}
+        return ChainMap(ours, cloudpickle.Pickler.dispatch_table)
+
+
+_PICKLER_NAMES = {"pickle": "Pickler", "cloudpickle": "CloudPickler"}
+_PICKLERS: dict[str, type[_RecordPickler]] = {"pickle": Pickler, "cloudpickle": CloudPickler}
+
+
+class Unpickler(pickle.Unpickler):
+    """A C ``pickle.Unpickler`` that reads blpickle records, and plain pickle data too.
+
+    Same arguments as ``pickle.Unpickler``, plus:
+
+    Args:
+        mmap_mode: for records written with ``codec=None`` in a real file, map the buffers
+            with this mode ("r", "r+" or "c", as ``numpy.load``) instead of reading them.
+        nthreads: decompression threads (default: every available CPU).
+    """
+
+    def __init__(
+        self,
+        file: BinaryIO,
+        *,
+        fix_imports: bool = True,
+        encoding: str = "ASCII",
+        errors: str = "strict",
+        buffers: Iterable[Any] | None = None,
+        mmap_mode: str | None = None,
+        nthreads: int | None = None,
+    ) -> None:
+        if mmap_mode not in MMAP_MODES:
+            raise OptionsError(f"mmap_mode must be one of {MMAP_MODES}, not {mmap_mode!r}")
+        self._settings = {"fix_imports": fix_imports, "encoding": encoding, "errors": errors}
+        super().__init__(file, buffers=buffers, **self._settings)
+        self._file = file
+        self._buffers = buffers
+        self._mmap_mode = mmap_mode
+        self._nthreads = Options(nthreads=nthreads).threads
+        self._source: MemorySource | None = None
+
+    def load(self) -> Any:
+        """Read one record (or one plain pickle) from the file and return the object.
+
+        Raises:
+            blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
+            pickle.UnpicklingError, EOFError: for plain pickle data, as ``pickle`` does.
+        """
+        if self._source is not None:
+            return self._load_record(self._source, b"")
+        head = _read_upto(self._file, len(fmt.MAGIC))
+        if head == fmt.MAGIC:
+            return self._load_record(FileSource(self._file, pos=len(head)), head)
+        if head[:1] == fmt.MAGIC[:1]:
+            raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
+        pickle.Unpickler.__init__(self, _rewind(self._file, head), buffers=self._buffers, **self._settings)
+        return super().load()
+
+    def _load_record(self, source: Any, magic: bytes) -> Any:
+        reader = RecordReader(source, self._nthreads, magic=magic, mmap_mode=self._mmap_mode)
+        try:
+            header = reader.header
+            graph = reader.read_stream()
+            buffers: Iterable[Any] = reader.buffers()
+            if header.external:
+                if self._buffers is None:
+                    raise LoadError(
+                        f"this record uses {len(header.external)} out-of-band buffers kept by the "
+                        "caller when it was written: pass them as buffers="
+                    )
+                buffers = _merge_buffers(reader.buffers(), iter(self._buffers), header.external)
+            pickle.Unpickler.__init__(self, io.BytesIO(graph), buffers=buffers, **self._settings)
+            obj = super().load()
+            reader.finish()
+            return obj
+        finally:
+            reader.close()
+
+
+def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[int, ...]) -> Iterator[Any]:
+    """Yield out-of-band buffers in pickle order, from the caller's at ``external`` slots."""
+    slots = set(external)
+    slot = 0
+    while True:
+        source = theirs if slot in slots else ours
+        try:
+            buffer = next(source)
+        except StopIteration:
+            return
+        yield buffer
+        slot += 1
+
+
+def _read_upto(file: BinaryIO, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        more = file.read(size - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+class _Prefixed:
+    """A file that returns ``prefix`` then the rest of ``file`` (for non-seekable input)."""
+
+    def __init__(self, prefix: bytes, file: BinaryIO) -> None:
+        self._prefix = prefix
+        self._file = file
+
+    def read(self, size: int = -1) -> bytes:
+        head, self._prefix = (self._prefix, b"") if size < 0 or size >= len(self._prefix) else (self._prefix[:size], self._prefix[size:])
+        if size < 0:
+            return head + self._file.read()
+        return head + (self._file.read(size - len(head)) if size > len(head) else b"")
+
+    def readline(self, size: int = -1) -> bytes:
+        if b"\n" in self._prefix:
+            end = self._prefix.index(b"\n") + 1
+            line, self._prefix = self._prefix[:end], self._prefix[end:]
+            return line
+        head, self._prefix = self._prefix, b""
+        return head + self._file.readline()
+
+
+def _rewind(file: BinaryIO, head: bytes) -> Any:
+    try:
+        if file.seekable():
+            file.seek(-len(head), io.SEEK_CUR)
+            return file
+    except (AttributeError, OSError):
+        pass
+    return _Prefixed(head, file)
+
+
+def dump(
+    obj: Any,
+    file: BinaryIO | str,
+    protocol: int | None = None,
+    *,
+    fix_imports: bool = True,
+    buffer_callback: BufferCallback | None = None,
+    **options: Any,
+) -> None:
+    """Write ``obj`` to ``file`` (a binary file object or a path) as a blpickle record.
+
+    Writing to a path is atomic: the file is replaced only once the record is complete.
+    ``options`` are :class:`blpickle.Options` fields (``codec=``, ``clevel=``, ``shuffle=``,
+    ``bytedelta=``, ``chunk_size=``, ``nthreads=``, ``pickler=``) or ``preset=``.
+
+    Raises:
+        blpickle.OptionsError: for an invalid option.
+        pickle.PicklingError: when ``obj`` cannot be pickled.
+    """
+    resolved = resolve_options(**options)
+    with ExitStack() as stack:
+        if is_path(file):
+            file = stack.enter_context(atomic_write(file))
+        pickler = _PICKLERS[resolved.pickler](file, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, preset=resolved)
+        pickler.dump(obj)
+
+
+def dumps(
+    obj: Any,
+    protocol: int | None = None,
+    *,
+    fix_imports: bool = True,
+    buffer_callback: BufferCallback | None = None,
+    **options: Any,
+) -> bytes:
+    """Return ``obj`` as a blpickle record in a bytes object; see :func:`dump`."""
+    out = io.BytesIO()
+    dump(obj, out, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, **options)
+    return out.getvalue()
+
+
+def load(
+    file: BinaryIO | str,
+    *,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    errors: str = "strict",
+    buffers: Iterable[Any] | None = None,
+    mmap_mode: str | None = None,
+    nthreads: int | None = None,
+) -> Any:
+    """Read one object from ``file`` (a binary file object or a path).
+
+    Reads blpickle records and plain pickle data. See :class:`Unpickler` for ``mmap_mode``
+    and ``nthreads``.
+
+    Raises:
+        blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
+    """
+    with ExitStack() as stack:
+        if is_path(file):
+            file = stack.enter_context(open(file, "rb"))
+        unpickler = Unpickler(
+            file, fix_imports=fix_imports, encoding=encoding, errors=errors,
+            buffers=buffers, mmap_mode=mmap_mode, nthreads=nthreads,
+        )
+        return unpickler.load()
+
+
+def loads(
+    data: Any,
+    /,
+    *,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    errors: str = "strict",
+    buffers: Iterable[Any] | None = None,
+    nthreads: int | None = None,
+) -> Any:
+    """Read one object from a bytes-like object (a blpickle record or plain pickle data).
+
+    Raises:
+        TypeError: for ``str`` input.
+        blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
+    """
+    if isinstance(data, str):
+        raise TypeError("a bytes-like object is required, not 'str'")
+    view = memoryview(data).cast("B")
+    head = bytes(view[: len(fmt.MAGIC)])
+    if head != fmt.MAGIC:
+        return load(io.BytesIO(data), fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers)
+    unpickler = Unpickler(
+        io.BytesIO(), fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers, nthreads=nthreads
+    )
+    unpickler._source = MemorySource(view)
+    return unpickler.load()

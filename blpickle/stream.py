@@ -1,0 +1,380 @@
+"""Writing and reading records over any binary file object, chunk by chunk.
+
+Compression and decompression run in a small thread pool (Blosc2 releases the GIL) while the
+calling thread does the I/O; at most ``nthreads + 1`` chunks are in flight, so memory stays
+bounded whatever the buffer sizes. The pool lives for one record only, so a process forked
+after a dump or load inherits no threads.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO, TypeVar
+
+import blosc2
+import numpy as np
+import xxhash
+
+from . import format as fmt
+from .buffers import Payload
+from .errors import ChecksumError, CorruptError, DumpError, LimitError, TruncatedError
+from .options import Options
+
+__all__ = ["FileSource", "MemorySource", "RecordReader", "Source", "write_record"]
+
+blosc2.set_releasegil(True)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Raw payloads are read and hashed in pieces of this size.
+_RAW_READ_SIZE = 8 << 20
+
+
+class _Workers:
+    """A thread pool for one record that maps a function in order with bounded look-ahead."""
+
+    def __init__(self, nthreads: int) -> None:
+        self._nthreads = nthreads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T], count: int) -> Iterator[R]:
+        """Yield ``fn(item)`` in order; ``count`` items are expected (1 runs inline)."""
+        if self._nthreads == 1 or count <= 1:
+            yield from map(fn, items)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._nthreads, thread_name_prefix="blpickle")
+        pending: deque = deque()
+        for item in items:
+            pending.append(self._pool.submit(fn, item))
+            if len(pending) > self._nthreads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Output:
+    """A file object wrapper that counts the bytes written since the record start."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._write = file.write
+        self.pos = 0
+
+    def write(self, data: Any) -> None:
+        size = memoryview(data).nbytes
+        written = self._write(data)
+        # Raw (unbuffered) streams may write less than asked.
+        while written is not None and written < size:
+            rest = memoryview(data).cast("B")[written:]
+            more = self._write(rest)
+            written += more or 0
+        self.pos += size
+
+
+def write_record(file: BinaryIO, header: fmt.Header, payloads: Sequence[Payload], options: Options) -> None:
+    """Write one record: preamble and header, the frames of every stream, then the trailer.
+
+    ``payloads`` holds the data of ``header.streams`` in the same order.
+
+    Raises:
+        DumpError: when Blosc2 cannot compress a chunk.
+    """
+    out = _Output(file)
+    header_bytes = header.encode()
+    head = fmt.encode_preamble(len(header_bytes)) + header_bytes
+    header_checksum = fmt.checksum(head)
+    out.write(head + fmt.U64.pack(header_checksum))
+    index = fmt.FrameIndex()
+    with _Workers(options.threads) as workers:
+        for info, payload in zip(header.streams, payloads, strict=True):
+            if info.raw:
+                _write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), index)
+                continue
+            cparams = options.blosc2_cparams(info.itemsize)
+            first = len(index)
+
+            def compress(job: tuple[int, Any], cparams: dict = cparams) -> tuple[bytes, int]:
+                frame, piece = job
+                try:
+                    packed = blosc2.compress2(piece, **cparams)
+                except Exception as exc:
+                    raise DumpError(f"Blosc2 could not compress a chunk of {len(piece)} bytes: {exc}") from exc
+                return packed, fmt.checksum(packed, fmt.frame_seed(header_checksum, frame))
+
+            jobs = enumerate(payload.chunks(info.chunk_size), start=first)
+            for packed, digest in workers.map(compress, jobs, info.nchunks):
+                index.add(out.pos, len(packed), digest)
+                out.write(fmt.U64.pack(len(packed)))
+                out.write(packed)
+                out.write(fmt.U64.pack(digest))
+    trailer = index.encode()
+    out.write(fmt.U64.pack(len(trailer)) + trailer + fmt.FOOTER.pack(len(trailer), fmt.checksum(trailer, header_checksum), fmt.END_MAGIC))
+
+
+def _write_raw_frame(out: _Output, payload: Payload, seed: int, index: fmt.FrameIndex) -> None:
+    if not payload.nbytes:
+        return
+    out.write(bytes(fmt.raw_padding(out.pos)))
+    offset = out.pos
+    out.write(fmt.U64.pack(payload.nbytes))
+    hasher = xxhash.xxh3_64(seed=seed)
+    for piece in payload.chunks(_RAW_READ_SIZE - _RAW_READ_SIZE % payload.chunk_multiple or payload.chunk_multiple):
+        hasher.update(piece)
+        out.write(piece)
+    digest = hasher.intdigest()
+    out.write(fmt.U64.pack(digest))
+    index.add(offset, payload.nbytes, digest)
+
+
+class Source:
+    """Where a record is read from; ``pos`` counts bytes since the record start."""
+
+    pos: int
+
+    def read(self, size: int, what: str) -> Any:
+        """Return exactly ``size`` bytes (bytes-like) or raise :class:`TruncatedError`."""
+        raise NotImplementedError
+
+    def readinto(self, dst: memoryview, what: str) -> None:
+        """Fill ``dst`` completely or raise :class:`TruncatedError`."""
+        view = self.read(dst.nbytes, what)
+        dst[:] = view
+
+    def mmap(self, size: int, mode: str) -> np.ndarray | None:
+        """Map the next ``size`` bytes (and skip them), or return None if this source can't."""
+        return None
+
+
+class MemorySource(Source):
+    """Reads from an in-memory bytes-like object without copying."""
+
+    def __init__(self, data: Any, pos: int = 0) -> None:
+        self._view = memoryview(data).cast("B")
+        self.pos = pos
+
+    def read(self, size: int, what: str) -> memoryview:
+        end = self.pos + size
+        if end > len(self._view):
+            raise TruncatedError(what, self.pos, size, max(len(self._view) - self.pos, 0))
+        view = self._view[self.pos : end]
+        self.pos = end
+        return view
+
+    def readinto(self, dst: memoryview, what: str) -> None:
+        dst[:] = self.read(dst.nbytes, what)
+
+
+class FileSource(Source):
+    """Reads from a binary file object (seekable or not)."""
+
+    def __init__(self, file: BinaryIO, pos: int = 0) -> None:
+        self._file = file
+        self.pos = pos
+        try:
+            self._start = file.tell() - pos if file.seekable() else None
+        except (AttributeError, OSError):
+            self._start = None
+
+    def read(self, size: int, what: str) -> bytes:
+        data = self._file.read(size)
+        if data is None:
+            data = b""
+        if len(data) < size:
+            parts = bytearray(data)
+            while len(parts) < size:
+                more = self._file.read(size - len(parts))
+                if not more:
+                    raise TruncatedError(what, self.pos, size, len(parts))
+                parts += more
+            data = bytes(parts)
+        self.pos += size
+        return data
+
+    def readinto(self, dst: memoryview, what: str) -> None:
+        readinto = getattr(self._file, "readinto", None)
+        if readinto is None:
+            return super().readinto(dst, what)
+        dst = dst.cast("B")
+        done = 0
+        while done < len(dst):
+            count = readinto(dst[done:])
+            if not count:
+                raise TruncatedError(what, self.pos, len(dst), done)
+            done += count
+            self.pos += count
+        return None
+
+    def mmap(self, size: int, mode: str) -> np.ndarray | None:
+        if self._start is None:
+            return None
+        try:
+            self._file.fileno()
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            return None
+        offset = self._start + self.pos
+        file_size = self._file.seek(0, io.SEEK_END)
+        if offset + size > file_size:
+            raise TruncatedError("raw buffer", self.pos, size, max(file_size - offset, 0))
+        mapped = np.memmap(self._file, dtype=np.uint8, mode=mode, offset=offset, shape=(size,))
+        self._file.seek(offset + size)
+        self.pos += size
+        return mapped
+
+
+class RecordReader:
+    """Reads one record sequentially: header, then streams in order, then the trailer.
+
+    Args:
+        source: where to read; positioned just after the magic bytes when ``magic`` is given.
+        nthreads: decompression threads.
+        magic: the first bytes already read from the source (the caller peeked at them).
+        mmap_mode: map raw streams of seekable files instead of reading them.
+
+    Raises:
+        LoadError subclasses for any damaged or truncated input.
+    """
+
+    def __init__(self, source: Source, nthreads: int, magic: bytes = b"", mmap_mode: str | None = None) -> None:
+        self._source = source
+        self._mmap_mode = mmap_mode
+        rest = source.read(fmt.PREAMBLE.size - len(magic), "the preamble")
+        preamble = magic + bytes(rest)
+        _minor, _flags, header_size = fmt.decode_preamble(preamble)
+        header_bytes = bytes(source.read(header_size, "the header"))
+        stored = fmt.U64.unpack(source.read(fmt.U64.size, "the header checksum"))[0]
+        computed = fmt.checksum(preamble + header_bytes)
+        if stored != computed:
+            raise ChecksumError("the header", fmt.PREAMBLE.size, stored, computed)
+        self.header = fmt.Header.decode(header_bytes)
+        self._header_checksum = computed
+        self._workers = _Workers(nthreads)
+        self._next_stream = 0
+        self.index = fmt.FrameIndex()
+
+    def close(self) -> None:
+        self._workers.close()
+
+    def read_stream(self) -> np.ndarray:
+        """Read the next stream and return it as a new writable uint8 array.
+
+        Raises:
+            LoadError subclasses when a frame is damaged, truncated or inconsistent.
+        """
+        number = self._next_stream
+        if number >= len(self.header.streams):
+            raise CorruptError(f"the pickle asks for more out-of-band buffers than the record's {len(self.header.streams) - 1}")
+        self._next_stream += 1
+        info = self.header.streams[number]
+        if info.raw:
+            return self._read_raw(info, number)
+        out = np.empty(info.nbytes, dtype=np.uint8)
+        frames = self._read_frames(info, number, out)
+        for _ in self._workers.map(_unpack_frame, frames, info.nchunks):
+            pass
+        return out
+
+    def buffers(self) -> Iterator[np.ndarray]:
+        """Yield the out-of-band buffers (streams 1..n) lazily, in order."""
+        while self._next_stream < len(self.header.streams):
+            yield self.read_stream()
+
+    def finish(self) -> None:
+        """Read and check the trailer; every stream must have been read.
+
+        Raises:
+            CorruptError, ChecksumError, TruncatedError, LimitError.
+        """
+        unread = len(self.header.streams) - self._next_stream
+        if unread:
+            raise CorruptError(f"the pickle used {self._next_stream - 1} out-of-band buffers, the record holds {len(self.header.streams) - 1}")
+        source = self._source
+        size = fmt.U64.unpack(source.read(fmt.U64.size, "the trailer size"))[0]
+        if size > fmt.MAX_TRAILER_SIZE:
+            raise LimitError(f"trailer size {size} is over the limit of {fmt.MAX_TRAILER_SIZE} bytes")
+        offset = source.pos
+        trailer = bytes(source.read(size, "the trailer"))
+        footer_size, stored, end_magic = fmt.FOOTER.unpack(source.read(fmt.FOOTER.size, "the footer"))
+        computed = fmt.checksum(trailer, self._header_checksum)
+        if stored != computed:
+            raise ChecksumError("the trailer", offset, stored, computed)
+        if footer_size != size or end_magic != fmt.END_MAGIC:
+            raise CorruptError(f"the footer at offset {source.pos - fmt.FOOTER.size} does not match the trailer")
+        if fmt.FrameIndex.decode(trailer, len(self.index)) != self.index:
+            raise CorruptError("the trailer's frame index does not match the frames read")
+
+    def _frame_name(self, number: int, chunk: int) -> str:
+        stream = "the pickle stream" if number == 0 else f"buffer {number - 1}"
+        return f"chunk {chunk} of {stream}"
+
+    def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray) -> Iterator[tuple]:
+        source = self._source
+        for chunk, (start, stop) in enumerate(info.chunk_spans()):
+            what = self._frame_name(number, chunk)
+            offset = source.pos
+            csize = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
+            if not fmt.BLOSC2_MIN_CHUNK <= csize <= stop - start + fmt.BLOSC2_MAX_OVERHEAD:
+                raise CorruptError(f"{what} at offset {offset} declares {csize} compressed bytes for {stop - start} bytes of data")
+            packed = source.read(csize, what)
+            stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
+            seed = fmt.frame_seed(self._header_checksum, len(self.index))
+            self.index.add(offset, csize, stored)
+            yield packed, stored, seed, memoryview(out)[start:stop], what, offset
+
+    def _read_raw(self, info: fmt.StreamInfo, number: int) -> np.ndarray:
+        source = self._source
+        if not info.nbytes:
+            return np.empty(0, dtype=np.uint8)
+        what = self._frame_name(number, 0)
+        padding = source.read(fmt.raw_padding(source.pos), f"the padding before {what}")
+        if any(padding):
+            raise CorruptError(f"the padding before {what} at offset {source.pos - len(padding)} is not zero")
+        offset = source.pos
+        size = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
+        if size != info.nbytes:
+            raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
+        seed = fmt.frame_seed(self._header_checksum, len(self.index))
+        out = source.mmap(size, self._mmap_mode) if self._mmap_mode else None
+        computed = None
+        if out is None:
+            out = np.empty(size, dtype=np.uint8)
+            hasher = xxhash.xxh3_64(seed=seed)
+            for start in range(0, size, _RAW_READ_SIZE):
+                piece = memoryview(out)[start : start + _RAW_READ_SIZE]
+                source.readinto(piece, what)
+                hasher.update(piece)
+            computed = hasher.intdigest()
+        stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
+        self.index.add(offset, size, stored)
+        if computed is not None and stored != computed:
+            raise ChecksumError(what, offset, stored, computed)
+        return out
+
+
+def _unpack_frame(job: tuple) -> None:
+    """Verify one frame's checksum, then decompress it into its slot of the output."""
+    packed, stored, seed, dst, what, offset = job
+    computed = fmt.checksum(packed, seed)
+    if computed != stored:
+        raise ChecksumError(what, offset, stored, computed)
+    nbytes, cbytes, _ = blosc2.get_cbuffer_sizes(packed)
+    if nbytes != dst.nbytes or cbytes != len(packed):
+        raise CorruptError(f"{what} at offset {offset} holds {nbytes} bytes in {cbytes}, expected {dst.nbytes} in {len(packed)}")
+    try:
+        blosc2.decompress2(packed, dst=dst)
+    except Exception as exc:
+        raise CorruptError(f"Blosc2 could not decompress {what} at offset {offset}: {exc}") from None
