@@ -126,6 +126,8 @@ class _RecordPickler:
         Raises:
             pickle.PicklingError: when ``obj`` cannot be pickled.
         """
+        if not hasattr(self, "_graph"):
+            raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
         self._graph.seek(0)
         self._graph.truncate()
         self._reset()
@@ -228,6 +230,8 @@ class Unpickler(pickle.Unpickler):
             blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
             pickle.UnpicklingError, EOFError: for plain pickle data, as ``pickle`` does.
         """
+        if not hasattr(self, "_settings"):
+            raise pickle.UnpicklingError(f"Unpickler.__init__() was not called by {type(self).__name__}.__init__()")
         if self._source is not None:
             return self._load_record(self._source, b"")
         head = _read_upto(self._file, len(fmt.MAGIC))
