@@ -1,0 +1,1 @@
+"""blpickle's benchmarks: ``python -m bench`` reproduces the Bloscpack paper's study."""
