@@ -239,8 +239,16 @@ class Unpickler(pickle.Unpickler):
             return self._load_record(FileSource(self._file, pos=len(head)), head)
         if head[:1] == fmt.MAGIC[:1]:
             raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
-        pickle.Unpickler.__init__(self, _rewind(self._file, head), buffers=self._buffers, **self._settings)
-        return super().load()
+        return self._unpickle(_rewind(self._file, head), self._buffers)
+
+    def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
+        """Run the C unpickler on ``file`` with a fresh state, keeping this object's overrides
+        (``find_class``, ``persistent_load``) and attributes. (Re-initialising a C Unpickler
+        that has already loaded crashes CPython, so each load gets a clone.)"""
+        clone = pickle.Unpickler.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        pickle.Unpickler.__init__(clone, file, buffers=buffers, **self._settings)
+        return pickle.Unpickler.load(clone)
 
     def _load_record(self, source: Any, magic: bytes) -> Any:
         reader = RecordReader(source, self._nthreads, magic=magic, mmap_mode=self._mmap_mode)
@@ -255,8 +263,7 @@ class Unpickler(pickle.Unpickler):
                         "caller when it was written: pass them as buffers="
                     )
                 buffers = _merge_buffers(reader.buffers(), iter(self._buffers), header.external)
-            pickle.Unpickler.__init__(self, io.BytesIO(graph), buffers=buffers, **self._settings)
-            obj = super().load()
+            obj = self._unpickle(io.BytesIO(graph), buffers)
             reader.finish()
             return obj
         finally:

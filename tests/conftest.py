@@ -1,0 +1,62 @@
+"""Shared helpers for blpickle's tests."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import pytest
+
+import blpickle
+
+
+def assert_same_array(expected: np.ndarray, actual: object) -> None:
+    """Assert that ``actual`` is an ndarray equal to ``expected`` in dtype, shape, memory
+    order and values (NaNs compare equal), and that it is writable."""
+    assert isinstance(actual, np.ndarray), type(actual)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape
+    if expected.flags.f_contiguous and not expected.flags.c_contiguous:
+        assert actual.flags.f_contiguous
+    else:
+        assert actual.flags.c_contiguous
+    assert actual.flags.writeable
+    if expected.dtype.kind in "fc":
+        np.testing.assert_array_equal(actual, expected)
+    else:
+        assert actual.tobytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def roundtrip(obj: object, **options: object) -> object:
+    """Dump ``obj`` to bytes and load it back."""
+    return blpickle.loads(blpickle.dumps(obj, **options))
+
+
+class NonSeekable(io.RawIOBase):
+    """A stream that can only be read forward (like a pipe), returning short reads."""
+
+    def __init__(self, data: bytes, max_read: int = 1000) -> None:
+        self._data = memoryview(data)
+        self._pos = 0
+        self._max_read = max_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        size = min(len(buffer), self._max_read, len(self._data) - self._pos)
+        buffer[:size] = self._data[self._pos : self._pos + size]
+        self._pos += size
+        return size
+
+
+@pytest.fixture
+def small_chunks() -> dict[str, int]:
+    """Options that cut buffers into many chunks."""
+    return {"chunk_size": 4096}
+
+
+@pytest.fixture
+def tmp_file(tmp_path) -> str:
+    return os.fspath(tmp_path / "data.blp")
