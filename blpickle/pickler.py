@@ -22,7 +22,7 @@ import numpy as np
 from . import format as fmt
 from .arrays import reduce_ndarray
 from .buffers import Payload
-from .errors import LoadError, OptionsError, TruncatedError
+from .errors import BadMagicError, LoadError, OptionsError, TruncatedError
 from .files import atomic_write, is_path
 from .options import Options, available_threads, resolve_options
 from .stream import FileSource, MemorySource, RecordReader, write_record
@@ -237,8 +237,10 @@ class Unpickler(pickle.Unpickler):
         head = _read_upto(self._file, len(fmt.MAGIC))
         if head == fmt.MAGIC:
             return self._load_record(FileSource(self._file, pos=len(head)), head)
-        if head[:1] == fmt.MAGIC[:1]:
+        if len(head) < len(fmt.MAGIC) and fmt.MAGIC.startswith(head):
             raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
+        if _damaged_magic(head):
+            raise BadMagicError(head)
         return self._unpickle(_rewind(self._file, head), self._buffers)
 
     def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
@@ -252,22 +254,24 @@ class Unpickler(pickle.Unpickler):
 
     def _load_record(self, source: Any, magic: bytes) -> Any:
         reader = RecordReader(source, self._nthreads, magic=magic, mmap_mode=self._mmap_mode)
-        try:
-            header = reader.header
-            graph = reader.read_stream()
-            buffers: Iterable[Any] = reader.buffers()
-            if header.external:
-                if self._buffers is None:
-                    raise LoadError(
-                        f"this record uses {len(header.external)} out-of-band buffers kept by the "
-                        "caller when it was written: pass them as buffers="
-                    )
-                buffers = _merge_buffers(reader.buffers(), iter(self._buffers), header.external)
-            obj = self._unpickle(io.BytesIO(graph), buffers)
-            reader.finish()
-            return obj
-        finally:
-            reader.close()
+        header = reader.header
+        graph = reader.read_stream()
+        buffers: Iterable[Any] = reader.buffers()
+        if header.external:
+            if self._buffers is None:
+                raise LoadError(
+                    f"this record uses {len(header.external)} out-of-band buffers kept by the "
+                    "caller when it was written: pass them as buffers="
+                )
+            buffers = _merge_buffers(reader.buffers(), iter(self._buffers), header.external)
+        obj = self._unpickle(io.BytesIO(graph), buffers)
+        reader.finish()
+        return obj
+
+
+def _damaged_magic(head: bytes) -> bool:
+    """True for input that starts almost like a record: not pickle data, a damaged record."""
+    return sum(a == b for a, b in zip(head, fmt.MAGIC)) >= len(fmt.MAGIC) // 2
 
 
 def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[int, ...]) -> Iterator[Any]:

@@ -1,17 +1,19 @@
 """Writing and reading records over any binary file object, chunk by chunk.
 
-Compression and decompression run in a small thread pool (Blosc2 releases the GIL) while the
-calling thread does the I/O; at most ``nthreads + 1`` chunks are in flight, so memory stays
-bounded whatever the buffer sizes. The pool lives for one record only, so a process forked
-after a dump or load inherits no threads.
+Compression and decompression run in a small shared thread pool (Blosc2 releases the GIL)
+while the calling thread does the I/O; at most ``nthreads + 1`` chunks are in flight, so memory
+stays bounded whatever the buffer sizes. Blosc2 itself runs single-threaded (no Blosc2 thread
+pool to hang a forked child) and a forked child starts new pools.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, BinaryIO, TypeVar
 
 import blosc2
@@ -34,38 +36,49 @@ R = TypeVar("R")
 _RAW_READ_SIZE = 8 << 20
 
 
-class _Workers:
-    """A thread pool for one record that maps a function in order with bounded look-ahead."""
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
 
-    def __init__(self, nthreads: int) -> None:
-        self._nthreads = nthreads
-        self._pool: ThreadPoolExecutor | None = None
 
-    def map(self, fn: Callable[[T], R], items: Iterable[T], count: int) -> Iterator[R]:
-        """Yield ``fn(item)`` in order; ``count`` items are expected (1 runs inline)."""
-        if self._nthreads == 1 or count <= 1:
-            yield from map(fn, items)
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._nthreads, thread_name_prefix="blpickle")
-        pending: deque = deque()
+def _forget_pools() -> None:
+    """In a forked child the pools' threads do not exist: start afresh."""
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
+
+
+def _pool(nthreads: int) -> ThreadPoolExecutor:
+    with _POOLS_LOCK:
+        if nthreads not in _POOLS:
+            _POOLS[nthreads] = ThreadPoolExecutor(nthreads, thread_name_prefix=f"blpickle-{nthreads}")
+        return _POOLS[nthreads]
+
+
+def map_ordered(fn: Callable[[T], R], items: Iterable[T], count: int, nthreads: int) -> Iterator[R]:
+    """Yield ``fn(item)`` in order, running up to ``nthreads`` calls at once in a shared pool.
+
+    At most ``nthreads + 1`` items are in flight, so memory stays bounded. ``count`` is the
+    number of items expected: a single item, or a single thread, runs inline.
+    """
+    if nthreads == 1 or count <= 1:
+        yield from map(fn, items)
+        return
+    pool = _pool(nthreads)
+    pending: deque[Future[R]] = deque()
+    try:
         for item in items:
-            pending.append(self._pool.submit(fn, item))
-            if len(pending) > self._nthreads:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > nthreads:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-    def __enter__(self) -> _Workers:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    finally:
+        for future in pending:  # on error: let running calls finish before their memory goes
+            future.cancel()
+        wait(pending)
 
 
 class _Output:
@@ -100,28 +113,27 @@ def write_record(file: BinaryIO, header: fmt.Header, payloads: Sequence[Payload]
     header_checksum = fmt.checksum(head)
     out.write(head + fmt.U64.pack(header_checksum))
     index = fmt.FrameIndex()
-    with _Workers(options.threads) as workers:
-        for info, payload in zip(header.streams, payloads, strict=True):
-            if info.raw:
-                _write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), index)
-                continue
-            cparams = options.blosc2_cparams(info.itemsize)
-            first = len(index)
+    for info, payload in zip(header.streams, payloads, strict=True):
+        if info.raw:
+            _write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), index)
+            continue
+        cparams = options.blosc2_cparams(info.itemsize)
+        first = len(index)
 
-            def compress(job: tuple[int, Any], cparams: dict = cparams) -> tuple[bytes, int]:
-                frame, piece = job
-                try:
-                    packed = blosc2.compress2(piece, **cparams)
-                except Exception as exc:
-                    raise DumpError(f"Blosc2 could not compress a chunk of {len(piece)} bytes: {exc}") from exc
-                return packed, fmt.checksum(packed, fmt.frame_seed(header_checksum, frame))
+        def compress(job: tuple[int, Any], cparams: dict = cparams) -> tuple[bytes, int]:
+            frame, piece = job
+            try:
+                packed = blosc2.compress2(piece, **cparams)
+            except Exception as exc:
+                raise DumpError(f"Blosc2 could not compress a chunk of {len(piece)} bytes: {exc}") from exc
+            return packed, fmt.checksum(packed, fmt.frame_seed(header_checksum, frame))
 
-            jobs = enumerate(payload.chunks(info.chunk_size), start=first)
-            for packed, digest in workers.map(compress, jobs, info.nchunks):
-                index.add(out.pos, len(packed), digest)
-                out.write(fmt.U64.pack(len(packed)))
-                out.write(packed)
-                out.write(fmt.U64.pack(digest))
+        jobs = enumerate(payload.chunks(info.chunk_size), start=first)
+        for packed, digest in map_ordered(compress, jobs, info.nchunks, options.threads):
+            index.add(out.pos, len(packed), digest)
+            out.write(fmt.U64.pack(len(packed)))
+            out.write(packed)
+            out.write(fmt.U64.pack(digest))
     trailer = index.encode()
     out.write(fmt.U64.pack(len(trailer)) + trailer + fmt.FOOTER.pack(len(trailer), fmt.checksum(trailer, header_checksum), fmt.END_MAGIC))
 
@@ -262,12 +274,9 @@ class RecordReader:
             raise ChecksumError("the header", fmt.PREAMBLE.size, stored, computed)
         self.header = fmt.Header.decode(header_bytes)
         self._header_checksum = computed
-        self._workers = _Workers(nthreads)
+        self._nthreads = nthreads
         self._next_stream = 0
         self.index = fmt.FrameIndex()
-
-    def close(self) -> None:
-        self._workers.close()
 
     def read_stream(self) -> np.ndarray:
         """Read the next stream and return it as a new writable uint8 array.
@@ -282,9 +291,9 @@ class RecordReader:
         info = self.header.streams[number]
         if info.raw:
             return self._read_raw(info, number)
-        out = np.empty(info.nbytes, dtype=np.uint8)
+        out = _allocate(info.nbytes, number)
         frames = self._read_frames(info, number, out)
-        for _ in self._workers.map(_unpack_frame, frames, info.nchunks):
+        for _ in map_ordered(_unpack_frame, frames, info.nchunks, self._nthreads):
             pass
         return out
 
@@ -351,7 +360,7 @@ class RecordReader:
         out = source.mmap(size, self._mmap_mode) if self._mmap_mode else None
         computed = None
         if out is None:
-            out = np.empty(size, dtype=np.uint8)
+            out = _allocate(size, number)
             hasher = xxhash.xxh3_64(seed=seed)
             for start in range(0, size, _RAW_READ_SIZE):
                 piece = memoryview(out)[start : start + _RAW_READ_SIZE]
@@ -363,6 +372,14 @@ class RecordReader:
         if computed is not None and stored != computed:
             raise ChecksumError(what, offset, stored, computed)
         return out
+
+
+def _allocate(nbytes: int, number: int) -> np.ndarray:
+    """Return an uninitialised writable buffer for stream ``number`` (no zero-fill)."""
+    try:
+        return np.empty(nbytes, dtype=np.uint8)
+    except MemoryError:
+        raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
 
 
 def _unpack_frame(job: tuple) -> None:

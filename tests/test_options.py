@@ -1,0 +1,72 @@
+"""Options: validation, JSON round trip, presets."""
+
+import json
+
+import blosc2
+import pytest
+
+import blpickle
+from blpickle.options import PRESETS, Options, resolve_options
+
+
+def test_defaults_round_trip_through_json():
+    for options in [Options(), *PRESETS.values(), Options(codec="zlib", clevel=9, shuffle="bitshuffle", nthreads=3)]:
+        assert Options.from_dict(json.loads(json.dumps(options.to_dict()))) == options
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("codec", "gzip"), ("codec", 1), ("clevel", -1), ("clevel", 10), ("clevel", True), ("clevel", 1.0),
+        ("shuffle", "yes"), ("bytedelta", 1), ("chunk_size", 1024), ("chunk_size", 2**31),
+        ("nthreads", 0), ("nthreads", 1000), ("pickler", "dill"),
+    ],
+)
+def test_invalid_values_raise_options_error_naming_the_field(field, value):
+    with pytest.raises(blpickle.OptionsError, match=field):
+        Options(**{field: value})
+    assert issubclass(blpickle.OptionsError, ValueError)
+
+
+def test_unknown_fields_and_presets_are_refused():
+    with pytest.raises(blpickle.OptionsError, match="colour"):
+        Options.from_dict({"colour": "red"})
+    with pytest.raises(blpickle.OptionsError, match="colour"):
+        Options().replace(colour="red")
+    with pytest.raises(blpickle.OptionsError, match="preset"):
+        resolve_options("turbo")
+
+
+def test_presets_and_overrides():
+    assert resolve_options() == PRESETS["default"]
+    assert resolve_options("fast").codec == "lz4"
+    assert resolve_options("raw").codec is None
+    assert resolve_options("small", clevel=9) == PRESETS["small"].replace(clevel=9)
+    assert resolve_options(Options(codec="zlib"), clevel=3) == Options(codec="zlib", clevel=3)
+
+
+def test_options_are_frozen():
+    with pytest.raises(AttributeError):
+        Options().clevel = 3  # type: ignore[misc]
+
+
+def test_blosc2_parameters_follow_the_options():
+    params = Options(codec="lz4", clevel=7, shuffle="bitshuffle", bytedelta=True).blosc2_cparams(4)
+    assert params["codec"] == blosc2.Codec.LZ4
+    assert params["clevel"] == 7
+    assert params["typesize"] == 4
+    assert params["nthreads"] == 1
+    assert params["filters"] == [blosc2.Filter.BITSHUFFLE, blosc2.Filter.BYTEDELTA]
+
+
+def test_threads_default_to_the_available_cpus():
+    assert Options().threads >= 1
+    assert Options(nthreads=3).threads == 3
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_round_trips_data(preset):
+    import numpy as np
+
+    array = np.arange(100_000, dtype="f4")
+    assert np.array_equal(blpickle.loads(blpickle.dumps(array, preset=preset)), array)
