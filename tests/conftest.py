@@ -13,7 +13,7 @@ import blpickle
 
 def assert_same_array(expected: np.ndarray, actual: object) -> None:
     """Assert that ``actual`` is an ndarray equal to ``expected`` in dtype, shape, memory
-    order and values (NaNs compare equal), and that it is writable."""
+    order and values (bit for bit), and that it is writable."""
     assert isinstance(actual, np.ndarray), type(actual)
     assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
     assert actual.shape == expected.shape
@@ -22,10 +22,7 @@ def assert_same_array(expected: np.ndarray, actual: object) -> None:
     else:
         assert actual.flags.c_contiguous
     assert actual.flags.writeable
-    if expected.dtype.kind in "fc":
-        np.testing.assert_array_equal(actual, expected)
-    else:
-        assert actual.tobytes() == np.ascontiguousarray(expected).tobytes()
+    assert actual.tobytes(order="A") == expected.tobytes(order="A")  # bit for bit
 
 
 def roundtrip(obj: object, **options: object) -> object:

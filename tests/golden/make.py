@@ -1,0 +1,31 @@
+"""Write the golden files of the current format version that do not exist yet.
+
+Run once when a format version is released: ``python tests/golden/make.py``. Existing files
+are never rewritten: every released file must stay readable forever.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import blpickle  # noqa: E402
+from objects import GOLDEN_FILES, golden_object  # noqa: E402
+
+
+def main() -> None:
+    directory = os.path.dirname(os.path.abspath(__file__))
+    for name, options in GOLDEN_FILES.items():
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            print(f"kept    {name}")
+            continue
+        options = dict(options)
+        blpickle.dump(golden_object(), path, options.pop("protocol", None), **options)
+        print(f"written {name}")
+
+
+if __name__ == "__main__":
+    main()

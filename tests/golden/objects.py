@@ -1,0 +1,40 @@
+"""The objects stored in the golden files, built without randomness or libm (bit-stable)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: file name -> dump options. Files are written once per format version and never rewritten.
+GOLDEN_FILES = {
+    "v1.0-default.blp": {},
+    "v1.0-raw.blp": {"codec": None},
+    "v1.0-lz4-bitshuffle.blp": {"codec": "lz4", "clevel": 9, "shuffle": "bitshuffle", "chunk_size": 4096},
+    "v1.0-zlib-bytedelta.blp": {"codec": "zlib", "bytedelta": True, "chunk_size": 8192},
+    "v1.0-protocol2.blp": {"protocol": 2},
+}
+
+
+def golden_object() -> dict:
+    """Return the object every golden file holds."""
+    ramp = np.arange(20_000, dtype=np.int64)
+    structured = np.zeros(50, dtype=[("id", "<i4"), ("pos", ">f8", (2,)), ("name", "S4")])
+    structured["id"] = np.arange(50)
+    structured["pos"] = np.arange(100).reshape(50, 2) / 4
+    structured["name"] = [b"n%02d" % i for i in range(50)]
+    floats = (ramp % 1000).astype(np.float64) / 8
+    return {
+        "ramp": ramp,
+        "floats_f": np.asfortranarray(floats.reshape(100, 200)),
+        "strided": floats.reshape(100, 200)[::3, ::-7],
+        "big_endian": ramp.astype(">i4"),
+        "float32": (ramp % 255).astype(np.float32),
+        "int16": (ramp % 300).astype(np.int16),
+        "datetimes": np.datetime64("2026-01-01", "s") + ramp[:100].astype("m8[s]"),
+        "unicode": np.array(["alpha", "beta", "γάμμα", ""], dtype="U6"),
+        "structured": structured,
+        "objects": np.array([1, "two", ramp[:3]], dtype=object),
+        "zero_d": np.array(3.25),
+        "empty": np.empty((0, 4), dtype=np.float32),
+        "bytearray": bytearray(b"golden" * 100),
+        "nested": {"tuple": (1, 2.5, "three", None, True), "list": [b"bytes", {1, 2}], "shared": ramp},
+    }

@@ -1,0 +1,54 @@
+"""Golden files: records written by released format versions load forever."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from conftest import assert_same_array
+from golden.objects import GOLDEN_FILES, golden_object
+
+import blpickle
+from blpickle.stream import MemorySource, RecordReader
+
+GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
+
+
+def _assert_same(expected: object, actual: object) -> None:
+    if isinstance(expected, np.ndarray) and expected.dtype != object:
+        assert_same_array(expected, actual)
+    elif isinstance(expected, np.ndarray):
+        assert actual.dtype == object and len(actual) == len(expected)
+        for e, a in zip(expected, actual):
+            _assert_same(e, a)
+    elif isinstance(expected, dict):
+        assert actual.keys() == expected.keys()
+        for key in expected:
+            _assert_same(expected[key], actual[key])
+    elif isinstance(expected, (list, tuple)):
+        assert type(actual) is type(expected) and len(actual) == len(expected)
+        for e, a in zip(expected, actual):
+            _assert_same(e, a)
+    else:
+        assert actual == expected and type(actual) is type(expected)
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_FILES))
+def test_golden_file_loads_the_golden_object(name):
+    path = os.path.join(GOLDEN_DIR, name)
+    loaded = blpickle.load(path)
+    expected = golden_object()
+    if GOLDEN_FILES[name].get("protocol", 5) < 5:  # numpy pickles in band: native byte order
+        expected["big_endian"] = expected["big_endian"].astype("=i4")
+        expected["strided"] = np.ascontiguousarray(expected["strided"])
+    _assert_same(expected, loaded)
+    assert loaded["nested"]["shared"] is loaded["ramp"]
+
+
+def test_every_golden_file_is_committed_and_of_version_1():
+    for name in GOLDEN_FILES:
+        with open(os.path.join(GOLDEN_DIR, name), "rb") as f:
+            reader = RecordReader(MemorySource(f.read()), nthreads=1)
+        assert reader.header.protocol in (2, 5)
+        assert name.startswith("v1.0-")
