@@ -8,6 +8,7 @@ does not start with blpickle's magic is read as plain pickle data.
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import io
 import pickle
@@ -25,7 +26,7 @@ from .buffers import Payload
 from .errors import BadMagicError, LoadError, OptionsError, TruncatedError
 from .files import atomic_write, is_path
 from .options import Options, available_threads, resolve_options
-from .stream import FileSource, MemorySource, RecordReader, write_record
+from .stream import FileSource, MemorySource, RecordReader, Source, map_file, write_record
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -197,8 +198,12 @@ class Unpickler(pickle.Unpickler):
     Same arguments as ``pickle.Unpickler``, plus:
 
     Args:
-        mmap_mode: for records written with ``codec=None`` in a real file, map the buffers
-            with this mode ("r", "r+" or "c", as ``numpy.load``) instead of reading them.
+        mmap_mode: for records written with ``codec=None`` in a regular file, return arrays
+            that view a memory map of the file, read-only ("r"), read-write ("r+") or
+            copy-on-write ("c"), as ``numpy.load`` does, instead of reading them. Mapped
+            buffers are not checksummed on load (data changed through "r+" no longer matches
+            its checksum: a later load without mmap_mode raises ChecksumError). Compressed
+            buffers, and files that cannot be mapped, are read as usual.
         nthreads: decompression threads (default: every available CPU).
     """
 
@@ -221,7 +226,6 @@ class Unpickler(pickle.Unpickler):
         self._buffers = buffers
         self._mmap_mode = mmap_mode
         self._nthreads = Options(nthreads=nthreads).threads
-        self._source: MemorySource | None = None
 
     def load(self) -> Any:
         """Read one record (or one plain pickle) from the file and return the object.
@@ -232,16 +236,31 @@ class Unpickler(pickle.Unpickler):
         """
         if not hasattr(self, "_settings"):
             raise pickle.UnpicklingError(f"Unpickler.__init__() was not called by {type(self).__name__}.__init__()")
-        if self._source is not None:
-            return self._load_record(self._source, b"")
         head = _read_upto(self._file, len(fmt.MAGIC))
         if head == fmt.MAGIC:
-            return self._load_record(FileSource(self._file, pos=len(head)), head)
+            return self._load_record(head)
         if len(head) < len(fmt.MAGIC) and fmt.MAGIC.startswith(head):
             raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
         if _damaged_magic(head):
             raise BadMagicError(head)
         return self._unpickle(_rewind(self._file, head), self._buffers)
+
+    def _load_record(self, magic: bytes) -> Any:
+        """Load the record whose magic was just read, from a memory map of the file if it is
+        a regular file (then leave the file just after the record), else by reading it."""
+        mapped = map_file(self._file, self._mmap_mode)
+        if mapped is None:
+            return self._load_from(FileSource(self._file, pos=len(magic)), magic)
+        start = self._file.tell() - len(magic)
+        source = MemorySource(mapped, len(magic), offset=start, mapped=self._mmap_mode is not None)
+        try:
+            return self._load_from(source, magic)
+        finally:
+            self._file.seek(start + source.pos)
+            if self._mmap_mode is None:  # nothing loaded refers to the map: close it now
+                source.release()
+                with contextlib.suppress(BufferError):
+                    mapped.close()
 
     def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
         """Run the C unpickler on ``file`` with a fresh state, keeping this object's overrides
@@ -252,8 +271,8 @@ class Unpickler(pickle.Unpickler):
         pickle.Unpickler.__init__(clone, file, buffers=buffers, **self._settings)
         return pickle.Unpickler.load(clone)
 
-    def _load_record(self, source: Any, magic: bytes) -> Any:
-        reader = RecordReader(source, self._nthreads, magic=magic, mmap_mode=self._mmap_mode)
+    def _load_from(self, source: Source, magic: bytes) -> Any:
+        reader = RecordReader(source, self._nthreads, magic=magic)
         header = reader.header
         graph = reader.read_stream()
         buffers: Iterable[Any] = reader.buffers()
@@ -391,7 +410,7 @@ def load(
     """
     with ExitStack() as stack:
         if is_path(file):
-            file = stack.enter_context(open(file, "rb"))
+            file = stack.enter_context(open(file, "r+b" if mmap_mode == "r+" else "rb"))
         unpickler = Unpickler(
             file, fix_imports=fix_imports, encoding=encoding, errors=errors,
             buffers=buffers, mmap_mode=mmap_mode, nthreads=nthreads,
@@ -424,5 +443,4 @@ def loads(
     unpickler = Unpickler(
         io.BytesIO(), fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers, nthreads=nthreads
     )
-    unpickler._source = MemorySource(view)
-    return unpickler.load()
+    return unpickler._load_from(MemorySource(view, len(fmt.MAGIC)), head)

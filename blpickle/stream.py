@@ -8,7 +8,7 @@ pool to hang a forked child) and a forked child starts new pools.
 
 from __future__ import annotations
 
-import io
+import mmap
 import os
 import threading
 from collections import deque
@@ -164,20 +164,26 @@ class Source:
 
     def readinto(self, dst: memoryview, what: str) -> None:
         """Fill ``dst`` completely or raise :class:`TruncatedError`."""
-        view = self.read(dst.nbytes, what)
-        dst[:] = view
+        raise NotImplementedError
 
-    def mmap(self, size: int, mode: str) -> np.ndarray | None:
-        """Map the next ``size`` bytes (and skip them), or return None if this source can't."""
+    def map(self, size: int, what: str) -> np.ndarray | None:
+        """Return the next ``size`` bytes as an array sharing a memory map, or None."""
         return None
 
 
 class MemorySource(Source):
-    """Reads from an in-memory bytes-like object without copying."""
+    """Reads from an in-memory bytes-like object (or a memory map) without copying.
 
-    def __init__(self, data: Any, pos: int = 0) -> None:
-        self._view = memoryview(data).cast("B")
+    Args:
+        data: the bytes; the record starts at ``offset``.
+        pos: bytes of the record already consumed.
+        mapped: ``map()`` returns views of ``data`` (which is a memory-mapped file).
+    """
+
+    def __init__(self, data: Any, pos: int = 0, *, offset: int = 0, mapped: bool = False) -> None:
+        self._view = memoryview(data).cast("B")[offset:]
         self.pos = pos
+        self._mapped = mapped
 
     def read(self, size: int, what: str) -> memoryview:
         end = self.pos + size
@@ -190,6 +196,13 @@ class MemorySource(Source):
     def readinto(self, dst: memoryview, what: str) -> None:
         dst[:] = self.read(dst.nbytes, what)
 
+    def map(self, size: int, what: str) -> np.ndarray | None:
+        return np.frombuffer(self.read(size, what), dtype=np.uint8) if self._mapped else None
+
+    def release(self) -> None:
+        """Drop the view of the data (so that a memory map can be closed)."""
+        self._view.release()
+
 
 class FileSource(Source):
     """Reads from a binary file object (seekable or not)."""
@@ -197,15 +210,9 @@ class FileSource(Source):
     def __init__(self, file: BinaryIO, pos: int = 0) -> None:
         self._file = file
         self.pos = pos
-        try:
-            self._start = file.tell() - pos if file.seekable() else None
-        except (AttributeError, OSError):
-            self._start = None
 
     def read(self, size: int, what: str) -> bytes:
-        data = self._file.read(size)
-        if data is None:
-            data = b""
+        data = self._file.read(size) or b""
         if len(data) < size:
             parts = bytearray(data)
             while len(parts) < size:
@@ -220,7 +227,8 @@ class FileSource(Source):
     def readinto(self, dst: memoryview, what: str) -> None:
         readinto = getattr(self._file, "readinto", None)
         if readinto is None:
-            return super().readinto(dst, what)
+            dst[:] = self.read(dst.nbytes, what)
+            return
         dst = dst.cast("B")
         done = 0
         while done < len(dst):
@@ -229,23 +237,28 @@ class FileSource(Source):
                 raise TruncatedError(what, self.pos, len(dst), done)
             done += count
             self.pos += count
-        return None
 
-    def mmap(self, size: int, mode: str) -> np.ndarray | None:
-        if self._start is None:
+
+_MMAP_ACCESS = {None: mmap.ACCESS_READ, "r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
+
+
+def map_file(file: BinaryIO, mmap_mode: str | None) -> mmap.mmap | None:
+    """Map a regular file whole: read-only for ``mmap_mode`` None or "r", shared read-write
+    for "r+", copy-on-write for "c". Return None when ``file`` is not a regular file.
+
+    With ``mmap_mode`` None the pages are read in at once (``MAP_POPULATE``): loading then
+    decompresses straight from the page cache, without a read() copy.
+    """
+    try:
+        fileno = file.fileno()
+        size = os.fstat(fileno).st_size
+        if not file.seekable() or not size:
             return None
-        try:
-            self._file.fileno()
-        except (AttributeError, OSError, io.UnsupportedOperation):
-            return None
-        offset = self._start + self.pos
-        file_size = self._file.seek(0, io.SEEK_END)
-        if offset + size > file_size:
-            raise TruncatedError("raw buffer", self.pos, size, max(file_size - offset, 0))
-        mapped = np.memmap(self._file, dtype=np.uint8, mode=mode, offset=offset, shape=(size,))
-        self._file.seek(offset + size)
-        self.pos += size
-        return mapped
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
+    if mmap_mode is None and hasattr(mmap, "MAP_POPULATE"):
+        return mmap.mmap(fileno, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+    return mmap.mmap(fileno, size, access=_MMAP_ACCESS[mmap_mode])
 
 
 class RecordReader:
@@ -255,15 +268,13 @@ class RecordReader:
         source: where to read; positioned just after the magic bytes when ``magic`` is given.
         nthreads: decompression threads.
         magic: the first bytes already read from the source (the caller peeked at them).
-        mmap_mode: map raw streams of seekable files instead of reading them.
 
     Raises:
         LoadError subclasses for any damaged or truncated input.
     """
 
-    def __init__(self, source: Source, nthreads: int, magic: bytes = b"", mmap_mode: str | None = None) -> None:
+    def __init__(self, source: Source, nthreads: int, magic: bytes = b"") -> None:
         self._source = source
-        self._mmap_mode = mmap_mode
         rest = source.read(fmt.PREAMBLE.size - len(magic), "the preamble")
         preamble = magic + bytes(rest)
         _minor, _flags, header_size = fmt.decode_preamble(preamble)
@@ -357,7 +368,7 @@ class RecordReader:
         if size != info.nbytes:
             raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
-        out = source.mmap(size, self._mmap_mode) if self._mmap_mode else None
+        out = source.map(size, what)
         computed = None
         if out is None:
             out = _allocate(size, number)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import pickle
 import sys
@@ -316,6 +317,12 @@ def test_dump_to_a_new_path_uses_the_umask(tmp_path):
     assert os.stat(tmp_path / "new.blp").st_mode & 0o777 == 0o640
 
 
+def _maps_the_file(array: np.ndarray) -> bool:
+    while isinstance(array, np.ndarray):
+        array = array.base
+    return isinstance(array, memoryview) and isinstance(array.obj, mmap.mmap)
+
+
 def test_raw_records_are_aligned_and_memory_mappable(tmp_file):
     obj = {"a": np.arange(10_001, dtype="i8"), "b": np.asfortranarray(np.ones((30, 7), "f4")), "c": "x"}
     blpickle.dump(obj, tmp_file, codec=None)
@@ -328,12 +335,40 @@ def test_raw_records_are_aligned_and_memory_mappable(tmp_file):
     assert all(offset % 64 == 56 for offset in reader.index.offsets)  # payload after the size
     for mode in ("r", "c"):
         loaded = blpickle.load(tmp_file, mmap_mode=mode)
-        assert isinstance(loaded["a"].base, np.memmap) or isinstance(loaded["a"].base.base, np.memmap)
+        assert _maps_the_file(loaded["a"])
         np.testing.assert_array_equal(loaded["a"], obj["a"])
         assert_same_array(obj["b"], np.array(loaded["b"], order="K"))
         assert loaded["a"].flags.writeable == (mode == "c")
     loaded = blpickle.load(tmp_file)
     assert_same_array(obj["a"], loaded["a"])
+
+
+def test_mmap_mode_r_plus_writes_through_to_the_file(tmp_file):
+    blpickle.dump({"a": np.zeros(1000)}, tmp_file, codec=None)
+    loaded = blpickle.load(tmp_file, mmap_mode="r+")
+    loaded["a"][:] = 7
+    del loaded
+    np.testing.assert_array_equal(blpickle.load(tmp_file, mmap_mode="r")["a"], np.full(1000, 7.0))
+    # the data no longer matches the checksum written with it: a verifying load says so
+    with pytest.raises(blpickle.ChecksumError):
+        blpickle.load(tmp_file)
+
+
+def test_records_in_a_regular_file_load_one_after_the_other(tmp_file):
+    with open(tmp_file, "wb") as f:
+        f.write(b"junk")
+        blpickle.dump(np.arange(10), f)
+        pickle.dump("plain", f)
+        blpickle.dump(np.arange(5.0), f, codec=None)
+        f.write(b"tail")
+    with open(tmp_file, "rb") as f:
+        assert f.read(4) == b"junk"
+        assert_same_array(np.arange(10), blpickle.load(f))
+        assert blpickle.load(f) == "plain"
+        loaded = blpickle.load(f, mmap_mode="r")
+        assert _maps_the_file(loaded) and not loaded.flags.writeable
+        np.testing.assert_array_equal(loaded, np.arange(5.0))
+        assert f.read() == b"tail"
 
 
 def test_mmap_mode_on_compressed_records_decompresses(tmp_file):
