@@ -1,0 +1,222 @@
+"""Reproduce the Bloscpack paper's benchmark with blpickle and its contenders, side by side.
+
+Low/medium/high entropy arrays of 80 KB, 80 MB and 800 MB (and > 4 GiB with --huge), an
+object-heavy dict and a fitted random forest; dumps include fsync; loads with a hot and a
+cold page cache. Prints tables and the goals of design.md, writes JSON, Markdown and plots.
+
+Run: ``python -m bench [--quick] [--huge] [--only NAME ...] [--dir DIR] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import re
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from . import goals, report
+from .contenders import DEFAULT, Contender, blpickle_contender, contenders
+from .datasets import ENTROPIES, SIZES, make_array, make_forest, make_objects, nbytes, same
+from .memory import extra_peak_mib
+from .timing import CacheDropper, fsync, timed
+
+#: Runs per timing by size (the best is kept, the median shows the spread) and the seconds
+#: after which a timing stops repeating.
+REPEATS = {"small": 20, "mid": 5, "large": 3, "huge": 1, "graph": 5}
+QUICK_REPEATS = {"small": 5, "mid": 2, "graph": 2}
+BUDGET, QUICK_BUDGET = 30.0, 1.0
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def _wanted(name: str, args: argparse.Namespace) -> bool:
+    """Whether to run this contender: named by ``--only``, or needed by the goals in quick mode."""
+    if args.only:
+        return any(part in name for part in args.only)
+    return not args.quick or name in goals.REFERENCES
+
+
+class Run:
+    """The settings of one benchmark run and the figures collected so far."""
+
+    def __init__(self, args: argparse.Namespace, directory: str) -> None:
+        self.quick = args.quick
+        self.directory = directory
+        self.repeats = QUICK_REPEATS if args.quick else REPEATS
+        self.budget = QUICK_BUDGET if args.quick else BUDGET
+        self.sizes = (
+            ["small", "mid"]
+            if args.quick
+            else ["small", "mid", "large", *(["huge"] if args.huge else [])]
+        )
+        self.contenders = [c for c in contenders() if _wanted(c.name, args)]
+        self.drop = CacheDropper(directory)
+        self.rows: list[dict] = []
+        self.memory: list[dict] = []
+        self.threads: list[dict] = []
+
+    def path(self, contender: Contender) -> str:
+        return os.path.join(self.directory, re.sub(r"\W+", "-", contender.name) + contender.suffix)
+
+    def measure(self, contender: Contender, obj: Any, dataset: str, size: str) -> dict:
+        """Dump (with fsync), load hot and cold; check the result; return the row."""
+        path = self.path(contender)
+        repeat = self.repeats[size]
+
+        def dump() -> None:
+            contender.dump(obj, path)
+            fsync(path)
+
+        def remove() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+        load = functools.partial(contender.load, path)
+        row = {"dataset": dataset, "size": size, "method": contender.name, "nbytes": nbytes(obj)}
+        warm_up = size == "small"  # the first runs of a tiny timing are slower
+        row["dump"] = timed(dump, repeat, self.budget, before=remove, warm_up=warm_up)
+        row["file_bytes"] = os.path.getsize(path)
+        row["ratio"] = row["nbytes"] / row["file_bytes"]
+        row["load_hot"] = timed(load, repeat, self.budget, warm_up=warm_up)
+        row["load_cold"] = (
+            timed(load, repeat, self.budget, before=functools.partial(self.drop, path))
+            if self.drop.possible
+            else None
+        )
+        if not same(obj, load()):
+            raise AssertionError(
+                f"{contender.name} did not load back what it dumped ({dataset}/{size})"
+            )
+        remove()
+        return row
+
+    def run_group(self, obj: Any, dataset: str, size: str) -> None:
+        started = time.perf_counter()
+        arrays = isinstance(obj, np.ndarray)
+        group = [
+            self.measure(c, obj, dataset, size)
+            for c in self.contenders
+            if (arrays or not c.arrays_only) and not (c.slow and size == "huge")
+        ]
+        self.rows += group
+        print(report.group_text(group, time.perf_counter() - started), flush=True)
+
+    def run_memory(self, array: np.ndarray, dataset: str, size: str) -> None:
+        """Peak memory of every contender (blpickle default only in quick mode) on this array."""
+        source = os.path.join(self.directory, "source.npy")
+        np.save(source, array)
+        for contender in self.contenders:
+            if (self.quick and contender.name != DEFAULT) or (contender.slow and size == "huge"):
+                continue
+            path = self.path(contender)
+            extra = {
+                op: extra_peak_mib(contender.name, op, source, path) for op in ("dump", "load")
+            }
+            self.memory.append(
+                {"dataset": dataset, "size": size, "method": contender.name, **extra}
+            )
+            os.unlink(path)
+        os.unlink(source)
+
+    def run_threads(self, array: np.ndarray, dataset: str, size: str) -> None:
+        """blpickle default with 1, 2, 4, ... up to every core."""
+        cores = os.cpu_count() or 1
+        for n in sorted({*(2**k for k in range(cores.bit_length()) if 2**k < cores), cores}):
+            row = self.measure(
+                blpickle_contender(f"blpickle nthreads={n}", nthreads=n), array, dataset, size
+            )
+            self.threads.append({**row, "nthreads": n})
+
+    def run(self) -> None:
+        memory_size = self.sizes[-1]
+        threads_size = "mid" if self.quick else "large"
+        for size in self.sizes:
+            for entropy in ENTROPIES:
+                array = make_array(entropy, SIZES[size])
+                self.run_group(array, entropy, size)
+                if size == memory_size:
+                    self.run_memory(array, entropy, size)
+                if size == threads_size and any(c.name == DEFAULT for c in self.contenders):
+                    self.run_threads(array, entropy, size)
+                del array
+        for dataset, obj in (("objects", make_objects()), ("forest", make_forest())):
+            if obj is not None:
+                self.run_group(obj, dataset, "graph")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    started = time.perf_counter()
+    machine = report.machine_info()
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="blpickle-bench-") as directory:
+        run = Run(args, directory)
+        print(report.preamble(machine, run.drop.used))
+        run.run()
+    doc = {
+        "machine": machine,
+        "settings": {
+            "sizes": run.sizes,
+            "repeats": run.repeats,
+            "budget_s": run.budget,
+            "cold_cache": dict(run.drop.used),
+            "contenders": [c.name for c in run.contenders],
+            "seconds": round(time.perf_counter() - started),
+        },
+        "rows": run.rows,
+        "memory": run.memory,
+        "threads": run.threads,
+        "goals": [goal.to_dict() for goal in goals.check(run.rows, run.memory)],
+    }
+    print(report.summary_text(doc))
+    write_results(doc, args.out, "quick" if args.quick else "huge" if args.huge else "full")
+    print(f"\nDone in {doc['settings']['seconds']} s.")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add(
+        "--quick",
+        action="store_true",
+        help="small and mid sizes, fewer runs, only the "
+        "contenders the goals name (under two minutes)",
+    )
+    add(
+        "--huge",
+        action="store_true",
+        help="add a 4.3 GB size (over 4 GiB; slow compressors skipped; takes long)",
+    )
+    add("--only", nargs="+", metavar="NAME", help="run the contenders whose name contains one")
+    add("--dir", help="where to write the files (default: the system's temporary directory)")
+    add("--out", default=RESULTS, help="where to write results (default: bench/results)")
+    return parser
+
+
+def write_results(doc: dict, out: str, stem: str) -> None:
+    """Write ``<stem>.json``, ``<stem>.md`` and the ``<stem>-*.png`` plots into ``out``."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{stem}.json"), "w") as file:
+        json.dump(doc, file, indent=1)
+    with open(os.path.join(out, f"{stem}.md"), "w") as file:
+        file.write(report.markdown_report(doc))
+    report.plot_speeds(doc["rows"], os.path.join(out, f"{stem}-speed.png"))
+    report.plot_ratios(doc["rows"], os.path.join(out, f"{stem}-ratio.png"))
+    report.plot_growth(doc["rows"], os.path.join(out, f"{stem}-growth.png"))
+    if doc["threads"]:
+        report.plot_threads(doc["threads"], os.path.join(out, f"{stem}-threads.png"))
+    print(f"Results: {out}/{stem}.json, {stem}.md, {stem}-*.png")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

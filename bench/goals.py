@@ -1,0 +1,165 @@
+"""The goals of ``/work/shared/design.md``, checked against the figures of one run."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+from .contenders import DEFAULT
+from .datasets import SIZES
+
+#: The contenders the goals compare blpickle's default with (``--quick`` runs only these).
+REFERENCES = (
+    DEFAULT,
+    "pickle p5",
+    "np.save",
+    "joblib zlib-3",
+    "joblib lz4",
+    "joblib lz4-3 (HC)",
+    "blosc2 save_tensor",
+)
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le}
+#: Speeds compared for the goals: best runs, loads with a hot page cache, as design.md's table.
+_SPEEDS = ("dump", "load_hot")
+
+
+@dataclasses.dataclass(frozen=True)
+class Goal:
+    """One goal: the measured values (label -> value) must all satisfy ``op threshold``."""
+
+    text: str
+    op: str
+    threshold: float
+    measured: dict[str, float]
+    unit: str = "x"
+
+    @property
+    def worst(self) -> float | None:
+        if not self.measured:
+            return None
+        pick = max if self.op == "<=" else min
+        return pick(self.measured.values())
+
+    @property
+    def status(self) -> str:
+        if self.worst is None:
+            return "N/A"
+        return "PASS" if _OPS[self.op](self.worst, self.threshold) else "FAIL"
+
+    @property
+    def summary(self) -> str:
+        """The goal, the worst measured value, the threshold and every value."""
+        if self.worst is None:
+            return f"{self.text}: not measured in this run"
+        values = ", ".join(
+            f"{label} {value:.3g}{self.unit}" for label, value in self.measured.items()
+        )
+        need = f"need {self.op} {self.threshold:.3g}{self.unit}"
+        return f"{self.text}: worst {self.worst:.3g}{self.unit} ({need}; {values})"
+
+    def to_dict(self) -> dict:
+        return {
+            **dataclasses.asdict(self),
+            "worst": self.worst,
+            "status": self.status,
+            "summary": self.summary,
+        }
+
+
+def speed(row: dict, what: str) -> float:
+    """MB/s of a row's best ``dump``, ``load_hot`` or ``load_cold`` run; ``ratio`` as is."""
+    if what == "ratio":
+        return row["ratio"]
+    return row["nbytes"] / 1e6 / row[what]["min"]
+
+
+def _relative(
+    rows: list[dict], method: str, what: str, datasets: tuple[str, ...] | None = None
+) -> dict[str, float]:
+    """blpickle default's ``what`` over ``method``'s, per (dataset, size) where both ran."""
+    found = {(r["dataset"], r["size"], r["method"]): r for r in rows}
+    out = {}
+    for (dataset, size, name), row in found.items():
+        other = found.get((dataset, size, method))
+        if name == DEFAULT and other and (datasets is None or dataset in datasets):
+            out[f"{dataset}/{size}"] = speed(row, what) / speed(other, what)
+    return out
+
+
+def _growth(rows: list[dict], what: str) -> dict[str, float]:
+    """blpickle default's speed at the largest array size over its speed at the mid size."""
+    ours = {
+        (r["dataset"], r["size"]): r for r in rows if r["method"] == DEFAULT and r["size"] in SIZES
+    }
+    largest = max((size for _, size in ours), key=SIZES.__getitem__, default="mid")
+    return {
+        f"{dataset} {largest}/mid": speed(ours[dataset, largest], what) / speed(row, what)
+        for (dataset, size), row in ours.items()
+        if size == "mid" and largest != "mid"
+    }
+
+
+def check(rows: list[dict], memory: list[dict]) -> list[Goal]:
+    """Evaluate every goal on the array rows of mid size and up, the graph rows and memory."""
+    arrays = [r for r in rows if r["size"] not in ("small", "graph")]
+    graphs = [r for r in rows if r["size"] == "graph"]
+    goals = []
+    for what in _SPEEDS:
+        name = "dump" if what == "dump" else "load (hot)"
+        goals += [
+            Goal(f"{name} >= 3x joblib lz4", ">=", 3, _relative(arrays, "joblib lz4", what)),
+            Goal(
+                f"{name} >= blosc2 save/load_tensor",
+                ">=",
+                1,
+                _relative(arrays, "blosc2 save_tensor", what),
+            ),
+        ]
+    goals += [
+        Goal("dump >= 20x joblib zlib-3", ">=", 20, _relative(arrays, "joblib zlib-3", "dump")),
+        Goal(
+            "dump >= 10x joblib lz4-3 (HC)",
+            ">=",
+            10,
+            _relative(arrays, "joblib lz4-3 (HC)", "dump"),
+        ),
+        Goal("ratio better than joblib lz4", ">", 1, _relative(arrays, "joblib lz4", "ratio")),
+        Goal(
+            "ratio >= blosc2 save_tensor", ">=", 1, _relative(arrays, "blosc2 save_tensor", "ratio")
+        ),
+        Goal(
+            "load (hot) faster than pickle p5", ">", 1, _relative(arrays, "pickle p5", "load_hot")
+        ),
+        Goal(
+            "low entropy: dump faster than np.save",
+            ">",
+            1,
+            _relative(arrays, "np.save", "dump", ("low",)),
+        ),
+    ]
+    for op in ("dump", "load"):
+        extra = {f"{m['dataset']}/{m['size']}": m[op] for m in memory if m["method"] == DEFAULT}
+        goals.append(Goal(f"extra peak memory on {op} <= 64 MiB", "<=", 64, extra, " MiB"))
+    for what in _SPEEDS:
+        name = "dump" if what == "dump" else "load"
+        goals += [
+            Goal(
+                f"object-heavy graph: {name} within 10% of pickle",
+                ">=",
+                1 / 1.1,
+                _relative([r for r in graphs if r["dataset"] == "objects"], "pickle p5", what),
+            ),
+            Goal(
+                f"many small arrays (forest): {name} within 30% of pickle",
+                ">=",
+                1 / 1.3,
+                _relative([r for r in graphs if r["dataset"] == "forest"], "pickle p5", what),
+            ),
+            Goal(
+                f"{name} speed does not fall with size (>= 0.9 of mid)",
+                ">=",
+                0.9,
+                _growth(rows, what),
+            ),
+        ]
+    return goals

@@ -1,0 +1,297 @@
+"""Tables (plain text and Markdown), machine information and plots of one run."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from collections.abc import Iterable
+
+import blosc2
+import joblib
+import matplotlib
+import numpy as np
+import psutil
+
+import blpickle
+
+from .contenders import DEFAULT
+from .datasets import ENTROPIES, SIZES
+from .goals import speed
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HEADER = (
+    "method",
+    "dump MB/s",
+    "load hot MB/s",
+    "load cold MB/s",
+    "ratio",
+    "default faster: dump / hot load",
+)
+_SPEEDS = {"dump": "dump", "load_hot": "load (hot cache)", "load_cold": "load (cold cache)"}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next(
+                line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")
+            )
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=_REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine_info() -> dict:
+    """CPU, cores, RAM, OS, library versions, the blpickle commit and the date."""
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blosc2": blosc2.__version__,
+        "joblib": joblib.__version__,
+        "blpickle": blpickle.__version__,
+        "commit": _git("rev-parse", "--short", "HEAD")
+        + (" (modified)" if _git("status", "--porcelain", "blpickle") else ""),
+        "default_options": blpickle.PRESETS["default"].to_dict(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _mbs(row: dict, what: str) -> str:
+    """Best MB/s, and in parentheses the median run's."""
+    if row.get(what) is None:
+        return "-"
+    median = row["nbytes"] / 1e6 / row[what]["median"]
+    return f"{speed(row, what):,.0f} ({median:,.0f})"
+
+
+def _times(row: dict, ours: dict | None) -> str:
+    """How many times faster blpickle's default is than this row: dump / hot load."""
+    if ours is None:
+        return "-"
+    dump, load = (row[what]["min"] / ours[what]["min"] for what in ("dump", "load_hot"))
+    return f"{dump:.2f}x / {load:.2f}x"
+
+
+def group_table(group: list[dict]) -> list[tuple[str, ...]]:
+    """Header and one line per method of one (dataset, size) group."""
+    ours = next((r for r in group if r["method"] == DEFAULT), None)
+    lines = [_HEADER]
+    for row in group:
+        speeds = (_mbs(row, what) for what in _SPEEDS)
+        lines.append((row["method"], *speeds, f"{row['ratio']:.3g}", _times(row, ours)))
+    return lines
+
+
+def group_title(group: list[dict]) -> str:
+    first = group[0]
+    return f"{first['dataset']} / {first['size']} ({first['nbytes'] / 1e6:,.2f} MB)"
+
+
+def group_text(group: list[dict], seconds: float) -> str:
+    return f"\n{group_title(group)}, {seconds:.0f} s\n{text_table(group_table(group))}"
+
+
+def memory_table(memory: list[dict]) -> list[tuple[str, ...]]:
+    lines = [("method", "dataset/size", "dump MiB", "load MiB")]
+    for m in memory:
+        lines.append(
+            (m["method"], f"{m['dataset']}/{m['size']}", f"{m['dump']:.1f}", f"{m['load']:.1f}")
+        )
+    return lines
+
+
+def threads_table(threads: list[dict]) -> list[tuple[str, ...]]:
+    lines = [("dataset/size", "nthreads", "dump MB/s", "load hot MB/s")]
+    for t in threads:
+        where = f"{t['dataset']}/{t['size']}"
+        lines.append((where, str(t["nthreads"]), _mbs(t, "dump"), _mbs(t, "load_hot")))
+    return lines
+
+
+def text_table(lines: list[tuple[str, ...]]) -> str:
+    """Aligned columns: the first to the left, the others to the right."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in lines
+    )
+
+
+def markdown_table(lines: list[tuple[str, ...]]) -> str:
+    rule = tuple("---" if i == 0 else "---:" for i in range(len(lines[0])))
+    return "\n".join("| " + " | ".join(line) + " |" for line in [lines[0], rule, *lines[1:]])
+
+
+def groups(rows: list[dict]) -> Iterable[list[dict]]:
+    """Rows split by (dataset, size), in run order."""
+    for key in dict.fromkeys((r["dataset"], r["size"]) for r in rows):
+        yield [r for r in rows if (r["dataset"], r["size"]) == key]
+
+
+def preamble(machine: dict, cold_cache: Iterable[str]) -> str:
+    """What is measured where, printed before the tables."""
+    return (
+        f"{machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM; "
+        f"blpickle {machine['commit']}, default options {machine['default_options']}\n"
+        f"Cold loads evict the file with: {', '.join(cold_cache)}. "
+        "Speeds: best run (median run); dumps include fsync."
+    )
+
+
+def summary_text(doc: dict) -> str:
+    """Memory, threads and goals, printed after the tables."""
+    out = [f"\nCold loads: files evicted from the page cache with {doc['settings']['cold_cache']}"]
+    if doc["memory"]:
+        out += [
+            "\nExtra peak memory (MiB beyond the array)",
+            text_table(memory_table(doc["memory"])),
+        ]
+    if doc["threads"]:
+        out += ["\nblpickle default: threads", text_table(threads_table(doc["threads"]))]
+    out.append("\nGoals (design.md), from this run:")
+    out += [f"  {goal['status']:4s}  {goal['summary']}" for goal in doc["goals"]]
+    return "\n".join(out)
+
+
+def markdown_report(doc: dict) -> str:
+    """The whole run as Markdown: machine, one table per group, memory, threads, goals."""
+    m = doc["machine"]
+    out = [
+        f"Taken {m['date']} on {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, "
+        f"{m['os']}; Python {m['python']}, numpy {m['numpy']}, blosc2 {m['blosc2']}, "
+        f"joblib {m['joblib']}, blpickle {m['blpickle']} at {m['commit']} "
+        f"(default options {m['default_options']}). Cold loads: {doc['settings']['cold_cache']}. "
+        "Speeds are MB/s of the best run, the median run in parentheses.",
+    ]
+    for group in groups(doc["rows"]):
+        out += [f"\n#### {group_title(group)}\n", markdown_table(group_table(group))]
+    if doc["memory"]:
+        out += [
+            "\n#### Extra peak memory (MiB beyond the array)\n",
+            markdown_table(memory_table(doc["memory"])),
+        ]
+    if doc["threads"]:
+        out += ["\n#### blpickle default: threads\n", markdown_table(threads_table(doc["threads"]))]
+    out.append("\n#### Goals\n")
+    out += [f"- **{goal['status']}** {goal['summary']}" for goal in doc["goals"]]
+    return "\n".join(out) + "\n"
+
+
+def plot_speeds(rows: list[dict], path: str) -> None:
+    """Paper-style grid: entropy down, size across; bars of dump and load speeds per method."""
+    sizes = [s for s in SIZES if any(r["size"] == s for r in rows)]
+    fig, axes = plt.subplots(
+        len(ENTROPIES), len(sizes), figsize=(5 * len(sizes), 7 * len(ENTROPIES)), squeeze=False
+    )
+    for (i, entropy), (j, size) in ((a, b) for a in enumerate(ENTROPIES) for b in enumerate(sizes)):
+        ax = axes[i][j]
+        group = [r for r in rows if r["dataset"] == entropy and r["size"] == size]
+        y = np.arange(len(group))
+        for k, (what, label) in enumerate(_SPEEDS.items()):
+            values = [speed(r, what) if r.get(what) else 0 for r in group]
+            ax.barh(
+                y + (k - 1) * 0.27,
+                values,
+                height=0.27,
+                label=label,
+                color=("0.1", "0.55", "0.85")[k],
+                edgecolor="k",
+            )
+        ax.set_yticks(y, [r["method"] for r in group], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_title(f"{entropy} entropy, {size}")
+        ax.set_xlabel("MB/s (higher is better)")
+    axes[0][0].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_ratios(rows: list[dict], path: str) -> None:
+    """Compression ratio per method and dataset at the largest array size."""
+    size = max({r["size"] for r in rows if r["size"] in SIZES}, key=SIZES.__getitem__)
+    methods = list(dict.fromkeys(r["method"] for r in rows if r["size"] == size))
+    fig, ax = plt.subplots(figsize=(12, 5))
+    x = np.arange(len(methods))
+    for k, entropy in enumerate(ENTROPIES):
+        found = {
+            r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == entropy
+        }
+        ax.bar(x + (k - 1) * 0.27, [found.get(m, 0) for m in methods], width=0.27, label=entropy)
+    ax.set_xticks(x, methods, rotation=40, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("compression ratio")
+    ax.set_title(f"Compression ratios, {size} arrays")
+    ax.legend(title="entropy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_growth(rows: list[dict], path: str) -> None:
+    """Speed against array size for blpickle default and the uncompressed references."""
+    methods = (DEFAULT, "pickle p5", "np.save", "blosc2 save_tensor", "joblib lz4")
+    fig, axes = plt.subplots(2, len(ENTROPIES), figsize=(15, 8), squeeze=False)
+    for j, entropy in enumerate(ENTROPIES):
+        for i, what in enumerate(("dump", "load_hot")):
+            ax = axes[i][j]
+            for method in methods:
+                found = sorted(
+                    (r["nbytes"], speed(r, what))
+                    for r in rows
+                    if r["method"] == method and r["dataset"] == entropy and r["size"] in SIZES
+                )
+                if found:
+                    ax.plot(*zip(*found, strict=True), marker="o", label=method)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(f"{entropy} entropy: {_SPEEDS[what]}")
+            ax.set_xlabel("array bytes")
+            ax.set_ylabel("MB/s")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_threads(threads: list[dict], path: str) -> None:
+    """blpickle default's dump and load speed against nthreads, per dataset."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for entropy in ENTROPIES:
+        found = [t for t in threads if t["dataset"] == entropy]
+        for what, style in (("dump", "-o"), ("load_hot", "--s")):
+            ax.plot(
+                [t["nthreads"] for t in found],
+                [speed(t, what) for t in found],
+                style,
+                label=f"{entropy} {_SPEEDS[what]}",
+            )
+    ax.set_xlabel("nthreads")
+    ax.set_ylabel("MB/s")
+    ax.set_xticks(sorted({t["nthreads"] for t in threads}))
+    ax.set_title("blpickle default: thread scaling")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
