@@ -1,0 +1,405 @@
+"""blpickle.integrations.multiprocessing: Pipe, Queue, SimpleQueue, Pool and
+ProcessPoolExecutor send objects with blpickle under fork, spawn and forkserver."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+from conftest import assert_same_array
+
+import blpickle
+from blpickle.integrations import _wire
+from blpickle.integrations import multiprocessing as bmp
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Python >= 3.12: fork with threads
+
+METHODS = ["fork", "spawn", "forkserver"]
+MiB = 1 << 20
+RNG = np.random.default_rng(5)
+
+
+def sample_objects() -> dict[str, object]:
+    """Arrays that take every path: in band, raw, compressed, strided, read-only, odd dtypes."""
+    readonly = np.arange(300_000, dtype=np.int32)
+    readonly.flags.writeable = False
+    return {
+        "compressible": np.arange(1_000_000, dtype=np.int64),  # 8 MB: compressed in chunks
+        "random": RNG.random(300_000),  # 2.4 MB: raw
+        "small": np.arange(10, dtype=np.float32),  # in band
+        "fortran": np.asfortranarray(np.arange(600_000, dtype=np.float64).reshape(1000, 600)),
+        "strided": np.arange(2_000_000, dtype=np.int16)[::3],
+        "readonly": readonly,
+        "datetime": np.arange(200_000).astype("M8[s]"),
+        "structured": np.zeros(100_000, dtype=[("a", "i4"), ("b", "f8")]),
+        "unicode": np.array(["abc", "de"] * 50_000),
+        "bigendian": np.arange(200_000, dtype=">f8"),
+        "zero_d": np.array(3.5),
+        "empty": np.empty((0, 5)),
+        "objects": np.array([1, "two", None], dtype=object),
+        "bytes": b"x" * 100_000,
+        "bytearray": bytearray(b"y" * 100_000),
+        "text": "hello",
+        "nested": [{"k": np.ones(50_000)}, (1, 2.5, None)],
+    }
+
+
+def check_objects(expected: dict, actual: dict) -> None:
+    assert set(actual) == set(expected)
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            assert_same_array(np.ascontiguousarray(value) if key == "strided" else value, actual[key])
+        elif key == "nested":
+            assert_same_array(value[0]["k"], actual[key][0]["k"])
+            assert actual[key][1] == value[1]
+        elif isinstance(value, np.ndarray):
+            assert list(actual[key]) == list(value)
+        else:
+            assert actual[key] == value and type(actual[key]) is type(value)
+
+
+def send_in_thread(conn: bmp.Connection, obj: object) -> threading.Thread:
+    """Send from another thread: a pipe only holds 64 KiB, so one thread can't do both."""
+    thread = threading.Thread(target=conn.send, args=(obj,))
+    thread.start()
+    return thread
+
+
+# --- the connection, in one process ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compress", ["auto", True, False])
+@pytest.mark.parametrize("duplex", [False, True])
+def test_pipe_round_trip_every_kind_of_buffer(compress, duplex):
+    ctx = bmp.get_context("fork", compress=compress, nthreads=2)
+    reader, writer = ctx.Pipe(duplex=duplex)
+    objects = sample_objects()
+    thread = send_in_thread(writer, objects)
+    received = reader.recv()
+    thread.join()
+    check_objects(objects, received)
+
+
+def test_auto_compresses_what_pays_and_sends_the_rest_raw():
+    wire = _wire.wire_options()
+    _, buffers = _wire.pickle_graph([np.arange(1_000_000), RNG.random(1_000_000), np.arange(100)], wire)
+    assert len(buffers) == 2  # the small one stays in band
+    _wire.plan(buffers, wire)
+    assert buffers[0].chunk_size > 0  # compressible: chunks
+    assert buffers[1].chunk_size == 0  # random: raw
+    assert buffers[0].chunk_size % 8 == 0
+
+
+def test_lambda_and_closure_travel():
+    reader, writer = bmp.Pipe()
+    offset = 7
+    writer.send({"f": lambda x: x + offset})
+    assert reader.recv()["f"](1) == 8
+
+
+def test_plain_pickler_option_refuses_lambdas_but_sends_arrays():
+    reader, writer = bmp.Pipe(options=_wire.wire_options(pickler="pickle"))
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        writer.send(lambda: 1)
+    array = np.arange(500_000)
+    thread = send_in_thread(writer, array)  # the failed send left the connection usable
+    assert_same_array(array, reader.recv())
+    thread.join()
+
+
+def test_memmap_arrives_as_a_writable_array(tmp_path):
+    mapped = np.lib.format.open_memmap(tmp_path / "m.npy", mode="w+", dtype=np.float64, shape=(300_000,))
+    mapped[:] = 1.5
+    reader, writer = bmp.Pipe()
+    thread = send_in_thread(writer, mapped)
+    received = reader.recv()
+    thread.join()
+    assert type(received) is np.ndarray
+    assert_same_array(np.asarray(mapped), received)
+
+
+def test_receives_plain_multiprocessing_messages():
+    reader, writer = bmp.Pipe(duplex=False)
+    plain = multiprocessing.connection.Connection(os.dup(writer.fileno()), readable=False)
+    plain.send({"a": np.arange(5)})
+    got = reader.recv()
+    assert list(got["a"]) == [0, 1, 2, 3, 4]
+    plain.close()
+
+
+def test_raw_bytes_methods_are_unchanged():
+    reader, writer = bmp.Pipe(duplex=False)
+    writer.send_bytes(b"abc")
+    assert reader.recv_bytes() == b"abc"
+    writer.send_bytes(b"defg")
+    buf = bytearray(10)
+    assert reader.recv_bytes_into(buf) == 4 and buf[:4] == b"defg"
+
+
+def test_messages_over_the_32_bit_length_use_the_long_prefix(monkeypatch):
+    monkeypatch.setattr(bmp, "_MAX_SMALL", 1000)  # pretend 1000 bytes is "over 2 GiB"
+    reader, writer = bmp.Pipe()
+    array = np.arange(400_000)
+    thread = send_in_thread(writer, [array, RNG.random(100_000)])
+    got = reader.recv()
+    thread.join()
+    assert_same_array(array, got[0])
+
+
+def test_eof_when_the_peer_closes():
+    reader, writer = bmp.Pipe(duplex=False)
+    writer.close()
+    with pytest.raises(EOFError):
+        reader.recv()
+
+
+def test_context_basics():
+    ctx = bmp.get_context("spawn", codec="zstd")
+    assert ctx.get_start_method() == "spawn"
+    assert ctx.get_context() is ctx
+    assert ctx.get_context("fork").get_start_method() == "fork"
+    assert ctx.get_context("fork").wire_options == ctx.wire_options
+    assert ctx.wire_options.options.codec == "zstd"
+    assert ctx.wire_options.options.pickler == "cloudpickle"
+    with pytest.raises(ValueError):
+        bmp.get_context("nonsense")
+    with pytest.raises(blpickle.OptionsError):
+        bmp.get_context("fork", compress="sometimes")
+    with pytest.raises(blpickle.OptionsError):
+        bmp.get_context("fork", clevel=42)
+    assert bmp.get_context(preset="raw").wire_options.compresses is False
+
+
+def test_install_and_uninstall():
+    original = multiprocessing.Pool
+    try:
+        ctx = bmp.install("fork")
+        assert multiprocessing.Pool == ctx.Pool
+        assert isinstance(multiprocessing.Pipe()[0], bmp.Connection)
+    finally:
+        bmp.uninstall()
+    assert multiprocessing.Pool is original
+
+
+def test_queue_timeouts_and_order():
+    q = bmp.get_context("fork").Queue()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.05)
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
+    for i in range(50):
+        q.put(np.full(100_000, i))
+    assert [int(q.get(timeout=10)[0]) for _ in range(50)] == list(range(50))
+    q.close()
+    q.join_thread()
+
+
+def test_queue_reports_pickling_errors_and_keeps_working():
+    q = bmp.get_context("fork").Queue()
+    errors = []
+    q._on_queue_feeder_error = lambda exc, obj: errors.append((exc, obj))
+    q._reset()  # the feeder takes the hook when it starts
+    unpicklable = threading.Lock()
+    q.put(unpicklable)
+    q.put("after")
+    assert q.get(timeout=10) == "after"
+    assert len(errors) == 1 and errors[0][1] is unpicklable
+
+
+# --- across processes --------------------------------------------------------------------------
+
+
+def echo(obj):
+    return obj
+
+
+def describe(array):
+    return type(array).__name__, array.flags.writeable, float(array.sum())
+
+
+def queue_worker(inbox, outbox):
+    while True:
+        item = inbox.get()
+        if item is None:
+            break
+        outbox.put(item)
+
+
+def pipe_worker(conn):
+    conn.send(conn.recv())
+    conn.close()
+
+
+@pytest.fixture(scope="module", params=METHODS)
+def pool(request):
+    ctx = bmp.get_context(request.param, nthreads=2)
+    with ctx.Pool(2) as pool:
+        yield pool
+
+
+def test_pool_map_round_trip(pool):
+    objects = sample_objects()
+    results = pool.map(echo, [objects, objects["compressible"]])
+    check_objects(objects, results[0])
+    assert_same_array(objects["compressible"], results[1])
+    assert pool.map(describe, [objects["random"]]) == [("ndarray", True, float(objects["random"].sum()))]
+
+
+def test_pool_lambdas_and_errors(pool):
+    scale = 3
+    assert pool.map(lambda x: x * scale, range(5)) == [0, 3, 6, 9, 12]
+    with pytest.raises(ZeroDivisionError):
+        pool.apply(lambda: 1 / 0)
+    with pytest.raises(TypeError):  # an unpicklable argument fails in the parent
+        pool.apply(echo, (threading.Lock(),))
+    assert pool.apply(echo, ("still working",)) == "still working"
+    assert list(pool.imap(lambda a: a.sum(), [np.ones(300_000)] * 3)) == [300_000.0] * 3
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_process_pool_executor(method):
+    ctx = bmp.get_context(method, nthreads=2)
+    objects = sample_objects()
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as executor:
+        future = executor.submit(echo, objects)
+        check_objects(objects, future.result(timeout=60))
+        assert isinstance(executor._call_queue, bmp._SafeQueue)  # arguments travel with blpickle
+        assert list(executor.map(lambda a: a[0] + 1, [np.arange(5, 500_005)] * 3)) == [6] * 3
+        bad = executor.submit(echo, threading.Lock())  # fails in the feeder thread
+        with pytest.raises(TypeError):
+            bad.result(timeout=60)
+        assert executor.submit(echo, 41).result(timeout=60) == 41
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_queues_and_pipes_to_a_process(method):
+    ctx = bmp.get_context(method, nthreads=2)
+    objects = sample_objects()
+    inbox, outbox = ctx.Queue(), ctx.SimpleQueue()
+    process = ctx.Process(target=queue_worker, args=(inbox, outbox))
+    process.start()
+    inbox.put(objects)
+    inbox.put(lambda: "from a lambda")
+    inbox.put(None)
+    check_objects(objects, outbox.get())
+    assert outbox.get()() == "from a lambda"
+    process.join(timeout=60)
+    assert process.exitcode == 0
+
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=pipe_worker, args=(child,))
+    process.start()
+    thread = send_in_thread(parent, objects)
+    check_objects(objects, parent.recv())
+    thread.join()
+    process.join(timeout=60)
+    assert process.exitcode == 0
+
+
+def test_joinable_queue():
+    ctx = bmp.get_context("fork")
+    q = ctx.JoinableQueue()
+    q.put(np.arange(400_000))
+    got = q.get(timeout=10)
+    q.task_done()
+    q.join()
+    assert_same_array(np.arange(400_000), got)
+
+
+# --- scripts: __main__ functions, and processes forked while threads compress ------------------
+
+
+def run_script(tmp_path, code: str, timeout: float = 120) -> str:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_functions_and_lambdas_defined_in_main(tmp_path, method):
+    out = run_script(
+        tmp_path,
+        f"""
+        import concurrent.futures
+        import numpy as np
+        from blpickle.integrations import multiprocessing as bmp
+
+        def triple(a):
+            return a * 3
+
+        class Box:
+            def __init__(self, value):
+                self.value = value
+
+        if __name__ == "__main__":
+            ctx = bmp.get_context("{method}")
+            data = np.arange(1_000_000)
+            with ctx.Pool(1, initializer=lambda: None) as pool:
+                assert (pool.map(triple, [data])[0] == data * 3).all()
+                assert pool.apply(lambda b: b.value + 1, (Box(1),)) == 2
+            with concurrent.futures.ProcessPoolExecutor(1, mp_context=ctx) as ex:
+                assert ex.submit(lambda: Box(5)).result().value == 5
+                assert (ex.submit(triple, data).result() == data * 3).all()
+            process = ctx.Process(target=lambda q: q.put("lambda target"), args=(queue := ctx.Queue(),))
+            process.start()
+            print(queue.get(timeout=60))
+            process.join()
+            print("ok")
+        """,
+    )
+    assert out.split() == ["lambda", "target", "ok"]
+
+
+def test_forked_workers_never_hang_on_blosc2_threads(tmp_path):
+    out = run_script(
+        tmp_path,
+        """
+        import threading, warnings
+        import blosc2, numpy as np
+        import blpickle
+        from blpickle.integrations import multiprocessing as bmp
+
+        warnings.simplefilter("ignore", DeprecationWarning)
+        data = np.arange(4_000_000)
+        # A live multi-threaded Blosc2 global context in the parent (a known way to hang
+        # forked children that use it).
+        blosc2.set_nthreads(2)
+        blosc2.compress(data, typesize=8)
+        stop = threading.Event()
+
+        def churn():  # the parent keeps compressing in blpickle's threads while forking
+            while not stop.is_set():
+                blpickle.loads(blpickle.dumps(data, nthreads=2, chunk_size=1 << 18), nthreads=2)
+
+        def work(a):
+            return blpickle.loads(blpickle.dumps(a * 2, nthreads=2, chunk_size=1 << 18), nthreads=2)
+
+        if __name__ == "__main__":
+            threads = [threading.Thread(target=churn) for _ in range(2)]
+            for t in threads:
+                t.start()
+            ctx = bmp.get_context("fork", nthreads=2, compress=True)
+            for _ in range(4):
+                with ctx.Pool(2, maxtasksperchild=1) as pool:  # a new fork per task
+                    results = pool.map(work, [data] * 4)
+                    assert all((r == data * 2).all() for r in results)
+            stop.set()
+            for t in threads:
+                t.join()
+            print("ok")
+        """,
+        timeout=180,
+    )
+    assert out.strip() == "ok"
