@@ -31,7 +31,7 @@ from .timing import CacheDropper, fsync, timed
 #: after which a timing stops repeating.
 REPEATS = {"small": 20, "mid": 5, "large": 3, "huge": 1, "graph": 5}
 QUICK_REPEATS = {"small": 5, "mid": 2, "graph": 2}
-BUDGET, QUICK_BUDGET = 30.0, 1.0
+BUDGET, QUICK_BUDGET = 60.0, 1.0
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 

@@ -1,0 +1,82 @@
+"""Micro-benchmarks of blpickle's hot paths (pytest-benchmark).
+
+Run: ``pytest bench/test_micro.py`` (``pytest`` alone collects only ``tests/``).
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+
+import blosc2
+import numpy as np
+import pytest
+
+import blpickle
+from blpickle import format as fmt
+
+from .datasets import ENTROPIES, make_array, make_objects
+
+CHUNK_ELEMENTS = blpickle.Options().chunk_size // 8
+pickle_dumps = functools.partial(pickle.dumps, protocol=5)
+
+
+@pytest.fixture(scope="module", params=ENTROPIES)
+def chunk(request: pytest.FixtureRequest) -> np.ndarray:
+    """One default-size chunk of 8-byte elements of each entropy."""
+    return make_array(request.param, CHUNK_ELEMENTS)
+
+
+def test_compress_chunk(benchmark, chunk: np.ndarray) -> None:
+    cparams = blpickle.Options().blosc2_cparams(8)
+    packed = benchmark(blosc2.compress2, chunk, **cparams)
+    assert blosc2.get_cbuffer_sizes(packed)[0] == chunk.nbytes
+
+
+def test_decompress_chunk(benchmark, chunk: np.ndarray) -> None:
+    packed = blosc2.compress2(chunk, **blpickle.Options().blosc2_cparams(8))
+    out = np.empty_like(chunk)
+    benchmark(blosc2.decompress2, packed, dst=out)
+    assert np.array_equal(out, chunk)
+
+
+@pytest.fixture(scope="module")
+def header() -> fmt.Header:
+    """A header for a graph of 1000 float64 arrays."""
+    stream = fmt.StreamInfo(nbytes=8000, chunk_size=8000, itemsize=8, dtype="<f8", shape=(1000,))
+    streams = (fmt.StreamInfo(nbytes=50_000, chunk_size=50_000), *[stream] * 1000)
+    return fmt.Header(blpickle.Options().to_dict(), 5, streams)
+
+
+def test_header_encode(benchmark, header: fmt.Header) -> None:
+    assert benchmark(header.encode)
+
+
+def test_header_decode(benchmark, header: fmt.Header) -> None:
+    assert benchmark(fmt.Header.decode, header.encode()) == header
+
+
+SMALL_OBJECTS = {
+    "dict of scalars": {f"k{i}": (i, float(i), str(i)) for i in range(100)},
+    "one small array": np.arange(1000.0),
+    "dict of 100 small arrays": {i: np.full(100, i, dtype=np.int32) for i in range(100)},
+    "object-heavy dict (200k)": make_objects(),
+}
+#: blpickle next to the C pickler at protocol 5, one benchmark group per object.
+MODULES = {"blpickle": (blpickle.dumps, blpickle.loads), "pickle": (pickle_dumps, pickle.loads)}
+
+
+@pytest.mark.parametrize("module", MODULES)
+@pytest.mark.parametrize("name", SMALL_OBJECTS)
+def test_dumps(benchmark, name: str, module: str) -> None:
+    benchmark.group = f"dumps: {name}"
+    assert benchmark(MODULES[module][0], SMALL_OBJECTS[name])
+
+
+@pytest.mark.parametrize("module", MODULES)
+@pytest.mark.parametrize("name", SMALL_OBJECTS)
+def test_loads(benchmark, name: str, module: str) -> None:
+    benchmark.group = f"loads: {name}"
+    dumps, loads = MODULES[module]
+    loaded = benchmark(loads, dumps(SMALL_OBJECTS[name]))
+    assert type(loaded) is type(SMALL_OBJECTS[name])
