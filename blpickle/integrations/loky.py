@@ -1,0 +1,271 @@
+"""blpickle as loky's pickler, for ``joblib.Parallel`` and loky executors.
+
+One line, before the first ``Parallel`` call::
+
+    blpickle.integrations.loky.enable()          # or: LOKY_PICKLER=blpickle.integrations.loky
+
+``enable`` calls ``set_loky_pickler("blpickle.integrations.loky")`` of the loky that joblib
+vendors (and of a standalone ``loky`` if installed); loky hands the name to every worker with
+each task, so workers pickle their results with blpickle too.
+
+What changes. loky writes each message as one pickle that the other side reads with plain
+``pickle.loads``; this module's :class:`Pickler` writes such a pickle too, but inside it the
+object graph is a protocol-5 pickle whose big buffers follow on their own, each one either raw
+(written from the array's memory, received as a writable ``bytearray`` the array is rebuilt
+around: no further copy) or as Blosc2 chunks when a sample shows that compression pays.
+joblib's default pickles a result array twice (a nested ``pickle.dumps`` inside loky's
+cloudpickle) and receives it through two more copies.
+
+What stays. joblib's auto-memmapping: arrays over ``max_nbytes`` (default 1 MB) sent to
+workers are still dumped once to a shared temporary file and memory-mapped by the workers (so
+several tasks share one copy), and arrays backed by a memmap still travel as a reference. Only
+the arrays joblib would have pickled (below the threshold, with ``max_nbytes=None``, and
+every result sent back) go through blpickle. Custom reducers registered with loky or passed
+as ``job_reducers``/``result_reducers`` are kept.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from ..errors import CorruptError
+from . import _wire
+from ._wire import WireOptions, wire_options
+
+__all__ = ["ENV_OPTIONS", "NAME", "Pickler", "configure", "disable", "enable"]
+
+#: The name to give ``set_loky_pickler`` or the ``LOKY_PICKLER`` environment variable.
+NAME = "blpickle.integrations.loky"
+#: Environment variable holding the options (JSON) so that worker processes use them too.
+ENV_OPTIONS = "BLPICKLE_LOKY_OPTIONS"
+
+_HEAD = struct.Struct("<BI")  # version, number of buffers
+_DESC = struct.Struct("<QQ")  # nbytes, chunk size (0: raw)
+_VERSION = 1
+
+
+def _options_from_env() -> WireOptions:
+    text = os.environ.get(ENV_OPTIONS)
+    if not text:
+        return WireOptions()
+    return wire_options(**json.loads(text))
+
+
+_WIRE = _options_from_env()
+
+
+def configure(preset: Any = None, **options: Any) -> WireOptions:
+    """Set the options this process (and worker processes started after this call) use.
+
+    Same arguments as :func:`blpickle.integrations.multiprocessing.get_context`
+    (``codec=``, ``clevel=``, ..., ``compress=``, ``min_size=``, ``min_ratio=``).
+    """
+    global _WIRE
+    wire = wire_options(preset, **options)
+    _WIRE = wire
+    settings = {
+        **wire.options.to_dict(),
+        "compress": wire.compress,
+        "min_size": wire.min_size,
+        "min_ratio": wire.min_ratio,
+        "inband_size": wire.inband_size,
+    }
+    os.environ[ENV_OPTIONS] = json.dumps(settings)
+    return wire
+
+
+def _set_loky_pickler(name: str | None) -> None:
+    from joblib.externals.loky import set_loky_pickler
+
+    set_loky_pickler(name)
+    standalone = sys.modules.get("loky")
+    if standalone is not None and hasattr(standalone, "set_loky_pickler"):
+        standalone.set_loky_pickler(name)
+
+
+def enable(preset: Any = None, **options: Any) -> None:
+    """Make loky (and so ``joblib.Parallel``) pickle with blpickle in this process and in its
+    workers; options as :func:`configure`."""
+    if preset is not None or options:
+        configure(preset, **options)
+    _set_loky_pickler(NAME)
+
+
+def disable() -> None:
+    """Go back to loky's default pickler (cloudpickle)."""
+    _set_loky_pickler("cloudpickle")
+
+
+# --- the pickler -----------------------------------------------------------------------------
+
+
+def _joblib_aware(
+    reducer: Callable[[Any], Any], ours: Callable[[Any], Any]
+) -> Callable[[Any], Any]:
+    """Wrap joblib's array reducer so that blpickle takes the arrays joblib would pickle, and
+    joblib keeps those it memory-maps."""
+    module = sys.modules.get("joblib._memmapping_reducer")
+    if module is None:
+        return reducer
+    forward = getattr(module, "ArrayMemmapForwardReducer", None)
+    backward = getattr(module, "reduce_array_memmap_backward", None)
+    backing = getattr(module, "_get_backing_memmap", None)
+    if backing is None:
+        return reducer
+    if forward is not None and isinstance(reducer, forward):
+        max_nbytes = getattr(reducer, "_max_nbytes", None)
+
+        def reduce_forward(array: np.ndarray) -> Any:
+            if isinstance(backing(array), np.memmap):
+                return reducer(array)  # a reference to the file it maps
+            if max_nbytes is not None and not array.dtype.hasobject and array.nbytes > max_nbytes:
+                return reducer(array)  # joblib dumps it once to a shared file
+            return ours(array)
+
+        return reduce_forward
+    if backward is not None and reducer is backward:
+        joblib_mmaps = getattr(module, "JOBLIB_MMAPS", set())
+
+        def reduce_backward(array: np.ndarray) -> Any:
+            mapped = backing(array)
+            if isinstance(mapped, np.memmap) and mapped.filename not in joblib_mmaps:
+                return reducer(array)  # a memmap of the user's: a reference
+            return ours(array)
+
+        return reduce_backward
+    return reducer
+
+
+class Pickler(cloudpickle.Pickler):
+    """A pickler for loky: writes a plain pickle that carries a blpickle transfer.
+
+    ``Pickler(file, protocol=None)``; ``dump(obj)`` writes one pickle to ``file`` that
+    ``pickle.loads`` turns back into ``obj`` (blpickle must be importable there). Array
+    reducers in the dispatch table that come from joblib are adapted as the module docstring
+    says; any other reducer is respected.
+    """
+
+    def __init__(self, file: Any, protocol: int | None = None, *args: Any, **kwargs: Any) -> None:
+        self._bl_file = file
+        self._bl_wire = _WIRE
+        self._bl_graph = io.BytesIO()
+        self._bl_collector = _wire._Collector(self._bl_wire)
+        table = _wire.base_dispatch_table("cloudpickle")
+        table[np.ndarray] = table[np.memmap] = self._bl_collector.reduce_array
+        self.dispatch_table = table
+        cloudpickle.Pickler.__init__(
+            self, self._bl_graph, protocol=5, buffer_callback=self._bl_collector.take
+        )
+
+    def _bl_adapt_reducers(self) -> None:
+        table = self.dispatch_table
+        ours = self._bl_collector.reduce_array
+        for kind in (np.ndarray, np.memmap):
+            reducer = table.get(kind)
+            if reducer is not None and reducer is not ours:
+                table[kind] = _joblib_aware(reducer, ours)
+
+    def dump(self, obj: Any) -> None:
+        if isinstance(self.dispatch_table, dict):
+            self._bl_adapt_reducers()
+        self._bl_graph.seek(0)
+        self._bl_graph.truncate()
+        self._bl_collector.buffers.clear()
+        super().dump(obj)
+        buffers = self._bl_collector.buffers
+        _wire.plan(buffers, self._bl_wire)
+        graph = self._bl_graph.getbuffer()
+        try:
+            _write_envelope(self._bl_file, graph, buffers, self._bl_wire)
+        finally:
+            graph.release()
+            buffers.clear()
+
+
+# --- the envelope: a plain pickle calling _open(head, graph, *frames) ---------------------------
+
+_PROTO = b"\x80\x05"
+_MARK = b"("
+_TUPLE = b"t"
+_REDUCE = b"R"
+_STOP = b"."
+_STACK_GLOBAL = b"\x93"
+_BINBYTES8 = b"\x8e"
+_BYTEARRAY8 = b"\x96"
+_U64 = struct.Struct("<Q")
+
+
+def _short_unicode(text: str) -> bytes:
+    data = text.encode()
+    return b"\x8c" + bytes([len(data)]) + data
+
+
+_OPENER = _short_unicode(__name__) + _short_unicode("_open") + _STACK_GLOBAL
+
+
+def _write_envelope(
+    file: Any, graph: memoryview, buffers: list[_wire.Buffer], wire: WireOptions
+) -> None:
+    head = _HEAD.pack(_VERSION, len(buffers)) + b"".join(
+        _DESC.pack(b.nbytes, b.chunk_size) for b in buffers
+    )
+    write = file.write
+    write(
+        _PROTO
+        + _OPENER
+        + _MARK
+        + _BINBYTES8
+        + _U64.pack(len(head))
+        + head
+        + _BINBYTES8
+        + _U64.pack(graph.nbytes)
+    )
+    write(graph)
+    for buffer in buffers:
+        if not buffer.chunk_size:
+            write(_BYTEARRAY8 + _U64.pack(buffer.nbytes))  # arrives as a writable bytearray
+            write(buffer.view)
+            continue
+        for packed in _wire.compressed_chunks(buffer, wire.options):
+            write(_BINBYTES8 + _U64.pack(len(packed)))
+            write(packed)
+    write(_TUPLE + _REDUCE + _STOP)
+
+
+def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
+    """Rebuild the object of an envelope (called by ``pickle.loads``)."""
+    version, count = _HEAD.unpack_from(head)
+    if version != _VERSION:
+        raise CorruptError(
+            f"a loky message of blpickle transfer version {version}; this blpickle reads version {_VERSION}"
+        )
+    if len(head) != _HEAD.size + count * _DESC.size:
+        raise CorruptError("a loky message with a damaged head")
+    pending = iter(frames)
+    buffers = []
+    for index in range(count):
+        nbytes, chunk_size = _DESC.unpack_from(head, _HEAD.size + index * _DESC.size)
+        _wire.check_layout(nbytes, chunk_size)
+        if not chunk_size:
+            raw = next(pending)
+            if len(raw) != nbytes:
+                raise CorruptError(f"a raw buffer of {nbytes} bytes arrived as {len(raw)} bytes")
+            buffers.append(raw)
+            continue
+        out = np.empty(nbytes, np.uint8)
+        nchunks = -(-nbytes // chunk_size)
+        _wire.decompress_into(
+            out, chunk_size, [next(pending) for _ in range(nchunks)], _WIRE.options.threads
+        )
+        buffers.append(out)
+    return pickle.loads(graph, buffers=buffers)
