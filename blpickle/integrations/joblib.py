@@ -22,7 +22,9 @@ registers the compressor where it is unpickled) or import blpickle in the worker
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+import mmap
 import os
 import queue
 import struct
@@ -58,7 +60,18 @@ from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, resolve_options
 from ..pickler import Unpickler
 from ..pickler import dump as blpickle_dump
 from ..pickler import load as blpickle_load
-from ..stream import FileSource, _Output, _unpack_frame, map_ordered
+from ..stream import FileSource, _Output, map_ordered
+
+try:
+    from ..stream import unpack_chunk
+except ImportError:  # blpickle before unpack_chunk() was public
+    from ..stream import _unpack_frame
+
+    def unpack_chunk(
+        packed: Any, stored: int, seed: int, nbytes: int, dst: Any, what: str, offset: int
+    ) -> None:
+        _unpack_frame((packed, stored, seed, dst, what, offset))
+
 
 __all__ = [
     "BLOSC",
@@ -285,7 +298,7 @@ class BloscFile(io.RawIOBase):
             self._filled += take
             done += take
             if self._filled == self._chunk_size:
-                chunk, self._fill = self._fill, None
+                chunk, self._fill, self._filled = self._fill, None, 0
                 self._submit(chunk)
         self._pos += size
         return size
@@ -400,7 +413,7 @@ class BloscFile(io.RawIOBase):
     def _start_reading(self) -> None:
         self._source = FileSource(self._file)
         head = self._source.read(HEADER.size, "the stream header")
-        magic, major, minor, flags, chunk_size = HEADER.unpack(head)
+        magic, major, minor, _flags, chunk_size = HEADER.unpack(head)  # no flags defined yet
         if magic != MAGIC:
             raise StreamMagicError(magic)
         stored = U64.unpack(self._source.read(U64.size, "the header checksum"))[0]
@@ -409,10 +422,6 @@ class BloscFile(io.RawIOBase):
             raise ChecksumError("the stream header", 0, stored, computed)
         if major != VERSION_MAJOR:
             raise UnsupportedVersionError(major, minor, VERSION_MAJOR)
-        if flags:
-            raise CorruptError(
-                f"the stream header has flags {flags:#06x}; version {VERSION_MAJOR}.x defines none"
-            )
         if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE or chunk_size % CHUNK_MULTIPLE:
             raise LimitError(
                 f"the stream header declares chunks of {chunk_size} bytes, expected a multiple of "
@@ -461,7 +470,7 @@ class BloscFile(io.RawIOBase):
                 if nbytes == self._chunk_size and self._spare_chunks
                 else np.empty(nbytes, dtype=np.uint8)
             )
-            yield packed, stored, seed, memoryview(dst), what, offset
+            yield packed, stored, seed, nbytes, memoryview(dst), what, offset
             index += 1
             total += nbytes
             short = nbytes < self._chunk_size
@@ -483,8 +492,8 @@ class BloscFile(io.RawIOBase):
 
     @staticmethod
     def _decompress(job: tuple) -> memoryview:
-        _unpack_frame(job)  # checksum, then sizes from the chunk header, then decompress2
-        return job[3]
+        unpack_chunk(*job)  # checksum, then the sizes in the chunk header, then decompress2
+        return job[4]
 
     def _next_chunk(self) -> bool:
         done = self._current.obj
@@ -682,11 +691,10 @@ class BlpickleStoreBackend(FileSystemStoreBackend):
             if verbose > 10:
                 print(f"Persisting in {item_path}")
             try:
-                blpickle_dump(
-                    item, filename, preset=self.options
-                )  # atomic: temporary file + rename
-            except PicklingError as exc:
-                warnings.warn(
+                # atomic: a temporary file renamed over the result
+                blpickle_dump(item, filename, preset=self.options)
+            except (PicklingError, TypeError, AttributeError) as exc:  # what pickle raises
+                warnings.warn(  # the category and message of joblib's own store
                     f"Unable to cache to disk: failed to pickle output. Exception: {exc}.",
                     FutureWarning,
                     stacklevel=2,
@@ -715,17 +723,18 @@ class BlpickleStoreBackend(FileSystemStoreBackend):
             raise KeyError(
                 f"Non-existing item (may have been cleared).\nFile {filename} does not exist"
             )
-        with open(filename, "rb") as file:
+        mmap_mode = "r+" if self.mmap_mode == "w+" else self.mmap_mode  # as joblib does
+        with open(filename, "r+b" if mmap_mode == "r+" else "rb") as file:
             if file.read(len(fmt.MAGIC)) != fmt.MAGIC:  # written by joblib's own store backend
                 return super().load_item(call_id, verbose=0)
             file.seek(0)
             try:
-                if self.mmap_mode is None:
+                if mmap_mode is None:
                     return blpickle_load(file, nthreads=self.options.nthreads)
-                mmap_mode = "r+" if self.mmap_mode == "w+" else self.mmap_mode  # as joblib does
-                return _MemmapUnpickler(
+                unpickler = _MemmapUnpickler(
                     file, mmap_mode=mmap_mode, nthreads=self.options.nthreads
-                ).load()
+                )
+                return unpickler.load()
             except LoadError as exc:
                 raise CorruptItemError(f"the cached result {filename} is damaged: {exc}") from exc
 
@@ -740,21 +749,45 @@ class CorruptItemError(LoadError, ValueError):
 
 
 class _MemmapUnpickler(Unpickler):
-    """Returns memory-mapped arrays as ``numpy.memmap`` (with ``mode``, ``filename``,
-    ``offset``), like joblib's own store, rather than plain arrays viewing a map."""
+    """Returns memory-mapped arrays as ``numpy.memmap`` instances (with ``mode``,
+    ``filename`` and ``offset``), as joblib's own store does, rather than plain arrays
+    viewing the map."""
+
+    def __init__(self, file: BinaryIO, *, mmap_mode: str, nthreads: int | None) -> None:
+        super().__init__(file, mmap_mode=mmap_mode, nthreads=nthreads)
+        self._memmap_info = (os.path.abspath(file.name), mmap_mode)
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("blpickle.arrays", "rebuild_ndarray"):
-            return _rebuild_memmap
+            return functools.partial(_rebuild_memmap, *self._memmap_info)
         return super().find_class(module, name)
 
 
-def _rebuild_memmap(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str) -> np.ndarray:
+def _rebuild_memmap(
+    filename: str, mode: str, buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str
+) -> np.ndarray:
     array = rebuild_ndarray(buffer, dtype, shape, order)  # validates the arguments
-    mapped = buffer if isinstance(buffer, np.memmap) else getattr(buffer, "obj", None)
-    if not isinstance(mapped, np.memmap) or not array.size:
-        return array
-    return mapped.view(dtype).reshape(shape, order=order)  # a numpy.memmap view of the map
+    mapping = _mapping_of(array)
+    if mapping is None or not array.size:
+        return array  # not mapped (a compressed buffer) or empty
+    if isinstance(mapping, np.memmap):
+        start, mapping = np.asarray(mapping).ctypes.data - mapping.offset, mapping._mmap
+    else:
+        start = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+    result = array.view(np.memmap)
+    result._mmap, result.filename, result.mode = mapping, filename, mode
+    result.offset = array.ctypes.data - start
+    return result
+
+
+def _mapping_of(array: np.ndarray) -> Any:
+    """Return the ``mmap.mmap`` (or ``numpy.memmap``) that ``array``'s memory belongs to."""
+    base: Any = array
+    while base is not None:
+        if isinstance(base, (mmap.mmap, np.memmap)):
+            return base
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return None
 
 
 def _print_loading(
