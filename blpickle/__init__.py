@@ -14,9 +14,12 @@ from .errors import (
     LimitError,
     LoadError,
     OptionsError,
+    SignatureError,
     TruncatedError,
+    UnsafeLoadError,
     UnsupportedVersionError,
 )
+from .info import BufferInfo, RecordInfo, inspect
 from .options import PRESETS, Options
 from .pickler import (
     DEFAULT_PROTOCOL,
@@ -45,15 +48,20 @@ __all__ = [
     "DumpError",
     "LimitError",
     "LoadError",
-    "OptionsError",
+    "BufferInfo",
     "Options",
+    "OptionsError",
     "Pickler",
+    "RecordInfo",
+    "SignatureError",
     "TruncatedError",
+    "UnsafeLoadError",
     "Unpickler",
     "UnsupportedVersionError",
     "__version__",
     "dump",
     "dumps",
+    "inspect",
     "load",
     "loads",
 ]

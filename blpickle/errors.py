@@ -11,7 +11,9 @@
           ├── TruncatedError (EOFError)     the input ended early
           ├── ChecksumError                 a stored checksum does not match the data
           ├── LimitError                    a declared size is over a limit
-          └── CorruptError                  a field has a value that cannot be right
+          ├── CorruptError                  a field has a value that cannot be right
+          ├── SignatureError                a signed load found no signature or a wrong one
+          └── UnsafeLoadError               a restricted load met a global it may not import
 
 Every load-side error is a ``pickle.UnpicklingError``, so ``except pickle.UnpicklingError``
 in existing code keeps catching them.
@@ -31,7 +33,9 @@ __all__ = [
     "LimitError",
     "LoadError",
     "OptionsError",
+    "SignatureError",
     "TruncatedError",
+    "UnsafeLoadError",
     "UnsupportedVersionError",
 ]
 
@@ -103,3 +107,23 @@ class LimitError(LoadError):
 
 class CorruptError(LoadError):
     """A field of the record has a value that cannot be right."""
+
+
+class SignatureError(LoadError):
+    """A load with a key found the record unsigned, or signed with another key, or altered."""
+
+
+class UnsafeLoadError(LoadError):
+    """A restricted load (``safe=True``) met a global it may not import; nothing of it ran."""
+
+    def __init__(self, module: str, name: str, reason: str = "") -> None:
+        if reason:
+            message = f"refused to import {module}.{name}: {reason}"
+        else:
+            message = (
+                f"refused to import {module}.{name}: safe=True only builds builtin containers and "
+                "scalars and numpy arrays, dtypes and scalars; if you trust this data, pass "
+                f"allowed=[{f'{module}.{name}'!r}]"
+            )
+        super().__init__(message)
+        self.module, self.name = module, name

@@ -11,6 +11,8 @@ frames lives in :mod:`blpickle.stream`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import math
 import struct
 from collections.abc import Iterator, Sequence
@@ -29,6 +31,9 @@ VERSION_MINOR = 0
 PREAMBLE = struct.Struct("<8sBBHI")  # magic, major, minor, flags, header size
 U64 = struct.Struct("<Q")
 FOOTER = struct.Struct("<QQ8s")  # trailer size, trailer checksum, END_MAGIC
+
+#: Preamble flag: the trailer holds an HMAC-SHA256 signature of the record.
+FLAG_SIGNED = 1
 
 #: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
 ALIGNMENT = 64
@@ -51,6 +56,20 @@ def checksum(data: Any, seed: int = 0) -> int:
     return xxhash.xxh3_64_intdigest(data, seed)
 
 
+def frame_digest(data: Any) -> bytes:
+    """Return the BLAKE2b-256 digest of a frame's payload (signed records only)."""
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def signature(key: bytes, head: bytes, digests: Sequence[bytes]) -> str:
+    """Return the hex HMAC-SHA256 of a record: its preamble and header, then the BLAKE2b-256
+    digest of every frame's payload in order."""
+    mac = hmac.new(key, head, "sha256")
+    for digest in digests:
+        mac.update(digest)
+    return mac.hexdigest()
+
+
 def frame_seed(header_checksum: int, frame_index: int) -> int:
     """Return the checksum seed of a frame: it ties each frame to its record and position."""
     return (header_checksum + frame_index + 1) & _MASK64
@@ -67,7 +86,8 @@ def encode_preamble(header_size: int, flags: int = 0) -> bytes:
 
 
 def decode_preamble(data: bytes) -> tuple[int, int, int]:
-    """Check a 16-byte preamble; return ``(minor, flags, header_size)``.
+    """Check a 16-byte preamble; return ``(minor, flags, header_size)``. Unknown flags are
+    ignored (later minor versions may set them).
 
     Raises:
         BadMagicError, UnsupportedVersionError, LimitError.
@@ -210,6 +230,8 @@ class FrameIndex:
     offsets: list[int] = dataclasses.field(default_factory=list)
     csizes: list[int] = dataclasses.field(default_factory=list)
     checksums: list[int] = dataclasses.field(default_factory=list)
+    #: hex HMAC-SHA256 of the record (see :func:`signature`), for signed records
+    signature: str | None = None
 
     def add(self, offset: int, csize: int, digest: int) -> None:
         self.offsets.append(offset)
@@ -220,7 +242,10 @@ class FrameIndex:
         return len(self.offsets)
 
     def encode(self) -> bytes:
-        return msgpack.packb({"offsets": self.offsets, "csizes": self.csizes, "checksums": self.checksums})
+        doc: dict[str, Any] = {"offsets": self.offsets, "csizes": self.csizes, "checksums": self.checksums}
+        if self.signature is not None:
+            doc["signature"] = self.signature
+        return msgpack.packb(doc)
 
     @classmethod
     def decode(cls, data: bytes, nframes: int) -> FrameIndex:
@@ -236,7 +261,10 @@ class FrameIndex:
                 raise CorruptError(f"trailer: '{key}' lists {len(values)} frames, the header implies {nframes}")
             if any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MASK64 for v in values):
                 raise CorruptError(f"trailer: '{key}' must list 64-bit unsigned integers")
-        return cls(*lists)
+        signed = doc.get("signature")
+        if signed is not None and (not isinstance(signed, str) or len(signed) != 64):
+            raise CorruptError("trailer: 'signature' must be 64 hex digits")
+        return cls(*lists, signature=signed)
 
 
 def total_frames(streams: Sequence[StreamInfo]) -> int:

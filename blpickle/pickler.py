@@ -12,6 +12,7 @@ import contextlib
 import copyreg
 import io
 import pickle
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pickle import PickleBuffer
@@ -23,9 +24,10 @@ import numpy as np
 from . import format as fmt
 from .arrays import reduce_ndarray
 from .buffers import Payload
-from .errors import BadMagicError, LoadError, OptionsError, TruncatedError
+from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, OptionsError, SignatureError, TruncatedError
 from .files import atomic_write, is_path
-from .options import Options, available_threads, resolve_options
+from .options import Options, resolve_options
+from .safe import Policy
 from .stream import FileSource, MemorySource, RecordReader, Source, map_file, write_record
 
 __all__ = [
@@ -45,6 +47,10 @@ HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
 DEFAULT_PROTOCOL = 5
 
 BufferCallback = Callable[[PickleBuffer], Any]
+#: What the C unpickler raises for a malformed stream. In a record the stream passed its
+#: checksum, so these mean a forged or damaged record: they become CorruptErrors. (Errors
+#: of the objects being rebuilt, a missing module or class, pass through unchanged.)
+_MALFORMED_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, struct.error, IndexError, KeyError, OverflowError)
 MMAP_MODES = (None, "r", "r+", "c")
 
 
@@ -61,9 +67,11 @@ class _RecordPickler:
         *,
         fix_imports: bool = True,
         buffer_callback: BufferCallback | None = None,
+        key: bytes | None = None,
         **options: Any,
     ) -> None:
         self.options = resolve_options(**options)
+        self._key = _check_key(key)
         if self.options.pickler != self._kind:
             raise OptionsError(f"pickler={self.options.pickler!r}: use blpickle.{_PICKLER_NAMES[self.options.pickler]}")
         self._protocol = DEFAULT_PROTOCOL if protocol is None else protocol
@@ -138,7 +146,7 @@ class _RecordPickler:
             graph = self._graph.getbuffer()
             try:
                 payloads = [Payload(graph, None, 1), *self._payloads]
-                write_record(self._file, self._header(payloads), payloads, self.options)
+                write_record(self._file, self._header(payloads), payloads, self.options, self._key)
             finally:
                 del payloads
                 graph.release()
@@ -167,8 +175,9 @@ class _RecordPickler:
 class Pickler(_RecordPickler, pickle.Pickler):
     """A C ``pickle.Pickler`` that writes blpickle records.
 
-    Same arguments as ``pickle.Pickler`` (protocol defaults to 5), plus keyword options for
-    :class:`blpickle.Options` (``codec=``, ``clevel=``, ..., or ``preset=``).
+    Same arguments as ``pickle.Pickler`` (protocol defaults to 5), plus ``key=`` (bytes: sign
+    each record with HMAC-SHA256) and keyword options for :class:`blpickle.Options`
+    (``codec=``, ``clevel=``, ..., or ``preset=``).
     """
 
 
@@ -205,7 +214,21 @@ class Unpickler(pickle.Unpickler):
             its checksum: a later load without mmap_mode raises ChecksumError). Compressed
             buffers, and files that cannot be mapped, are read as usual.
         nthreads: decompression threads (default: every available CPU).
+        safe: import no global but builtin containers and scalars and numpy arrays, dtypes
+            and scalars (:data:`blpickle.safe.SAFE_GLOBALS`); anything else raises
+            :class:`blpickle.UnsafeLoadError` before it is imported.
+        allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
+            ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
+        key: the key the record was signed with: the whole record is read and its
+            signature checked before anything is unpickled; unsigned or altered records
+            raise :class:`blpickle.SignatureError`. Plain pickle data is refused.
     """
+
+    def find_class(self, module: str, name: str) -> Any:
+        """Import ``module.name``, after checking it against the policy of a safe load."""
+        if self._policy is not None:
+            self._policy.check(module, name)
+        return super().find_class(module, name)
 
     def __init__(
         self,
@@ -217,6 +240,9 @@ class Unpickler(pickle.Unpickler):
         buffers: Iterable[Any] | None = None,
         mmap_mode: str | None = None,
         nthreads: int | None = None,
+        safe: bool = False,
+        allowed: Iterable[str | Any] = (),
+        key: bytes | None = None,
     ) -> None:
         if mmap_mode not in MMAP_MODES:
             raise OptionsError(f"mmap_mode must be one of {MMAP_MODES}, not {mmap_mode!r}")
@@ -226,6 +252,9 @@ class Unpickler(pickle.Unpickler):
         self._buffers = buffers
         self._mmap_mode = mmap_mode
         self._nthreads = Options(nthreads=nthreads).threads
+        allowed = tuple(allowed)
+        self._policy = Policy(allowed) if safe or allowed else None
+        self._key = _check_key(key)
 
     def load(self) -> Any:
         """Read one record (or one plain pickle) from the file and return the object.
@@ -243,6 +272,8 @@ class Unpickler(pickle.Unpickler):
             raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
         if _damaged_magic(head):
             raise BadMagicError(head)
+        if self._key is not None:
+            raise SignatureError("this is not a blpickle record, so it cannot be signed: refusing to load it")
         return self._unpickle(_rewind(self._file, head), self._buffers)
 
     def _load_record(self, magic: bytes) -> Any:
@@ -272,20 +303,35 @@ class Unpickler(pickle.Unpickler):
         return pickle.Unpickler.load(clone)
 
     def _load_from(self, source: Source, magic: bytes) -> Any:
-        reader = RecordReader(source, self._nthreads, magic=magic)
+        reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
         header = reader.header
         graph = reader.read_stream()
         buffers: Iterable[Any] = reader.buffers()
+        if self._key is not None:  # check the signature before unpickling anything
+            buffers = list(buffers)
+            reader.finish()
         if header.external:
             if self._buffers is None:
                 raise LoadError(
                     f"this record uses {len(header.external)} out-of-band buffers kept by the "
                     "caller when it was written: pass them as buffers="
                 )
-            buffers = _merge_buffers(reader.buffers(), iter(self._buffers), header.external)
-        obj = self._unpickle(io.BytesIO(graph), buffers)
-        reader.finish()
+            buffers = _merge_buffers(iter(buffers), iter(self._buffers), header.external)
+        try:
+            obj = self._unpickle(io.BytesIO(graph), buffers)
+        except _MALFORMED_PICKLE as exc:
+            if isinstance(exc, BlpickleError):
+                raise
+            raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
+        if self._key is None:
+            reader.finish()
         return obj
+
+
+def _check_key(key: Any) -> bytes | None:
+    if key is not None and (not isinstance(key, (bytes, bytearray)) or not key):
+        raise OptionsError("key must be a non-empty bytes object")
+    return None if key is None else bytes(key)
 
 
 def _damaged_magic(head: bytes) -> bool:
@@ -356,13 +402,15 @@ def dump(
     *,
     fix_imports: bool = True,
     buffer_callback: BufferCallback | None = None,
+    key: bytes | None = None,
     **options: Any,
 ) -> None:
     """Write ``obj`` to ``file`` (a binary file object or a path) as a blpickle record.
 
     Writing to a path is atomic: the file is replaced only once the record is complete.
     ``options`` are :class:`blpickle.Options` fields (``codec=``, ``clevel=``, ``shuffle=``,
-    ``bytedelta=``, ``chunk_size=``, ``nthreads=``, ``pickler=``) or ``preset=``.
+    ``bytedelta=``, ``chunk_size=``, ``nthreads=``, ``pickler=``) or ``preset=``. With
+    ``key`` (bytes) the record is signed: ``load(..., key=key)`` checks it.
 
     Raises:
         blpickle.OptionsError: for an invalid option.
@@ -372,7 +420,9 @@ def dump(
     with ExitStack() as stack:
         if is_path(file):
             file = stack.enter_context(atomic_write(file))
-        pickler = _PICKLERS[resolved.pickler](file, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, preset=resolved)
+        pickler = _PICKLERS[resolved.pickler](
+            file, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, preset=resolved
+        )
         pickler.dump(obj)
 
 
@@ -382,11 +432,12 @@ def dumps(
     *,
     fix_imports: bool = True,
     buffer_callback: BufferCallback | None = None,
+    key: bytes | None = None,
     **options: Any,
 ) -> bytes:
     """Return ``obj`` as a blpickle record in a bytes object; see :func:`dump`."""
     out = io.BytesIO()
-    dump(obj, out, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, **options)
+    dump(obj, out, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, **options)
     return out.getvalue()
 
 
@@ -399,11 +450,14 @@ def load(
     buffers: Iterable[Any] | None = None,
     mmap_mode: str | None = None,
     nthreads: int | None = None,
+    safe: bool = False,
+    allowed: Iterable[str | Any] = (),
+    key: bytes | None = None,
 ) -> Any:
     """Read one object from ``file`` (a binary file object or a path).
 
-    Reads blpickle records and plain pickle data. See :class:`Unpickler` for ``mmap_mode``
-    and ``nthreads``.
+    Reads blpickle records and plain pickle data. See :class:`Unpickler` for ``mmap_mode``,
+    ``nthreads``, ``safe``, ``allowed`` and ``key``.
 
     Raises:
         blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
@@ -413,7 +467,7 @@ def load(
             file = stack.enter_context(open(file, "r+b" if mmap_mode == "r+" else "rb"))
         unpickler = Unpickler(
             file, fix_imports=fix_imports, encoding=encoding, errors=errors,
-            buffers=buffers, mmap_mode=mmap_mode, nthreads=nthreads,
+            buffers=buffers, mmap_mode=mmap_mode, nthreads=nthreads, safe=safe, allowed=allowed, key=key,
         )
         return unpickler.load()
 
@@ -427,8 +481,12 @@ def loads(
     errors: str = "strict",
     buffers: Iterable[Any] | None = None,
     nthreads: int | None = None,
+    safe: bool = False,
+    allowed: Iterable[str | Any] = (),
+    key: bytes | None = None,
 ) -> Any:
-    """Read one object from a bytes-like object (a blpickle record or plain pickle data).
+    """Read one object from a bytes-like object (a blpickle record or plain pickle data);
+    see :func:`load`.
 
     Raises:
         TypeError: for ``str`` input.
@@ -438,9 +496,9 @@ def loads(
         raise TypeError("a bytes-like object is required, not 'str'")
     view = memoryview(data).cast("B")
     head = bytes(view[: len(fmt.MAGIC)])
+    settings = {"fix_imports": fix_imports, "encoding": encoding, "errors": errors, "buffers": buffers}
+    restrictions = {"nthreads": nthreads, "safe": safe, "allowed": allowed, "key": key}
     if head != fmt.MAGIC:
-        return load(io.BytesIO(data), fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers)
-    unpickler = Unpickler(
-        io.BytesIO(), fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers, nthreads=nthreads
-    )
+        return load(io.BytesIO(data), **settings, **restrictions)
+    unpickler = Unpickler(io.BytesIO(), **settings, **restrictions)
     return unpickler._load_from(MemorySource(view, len(fmt.MAGIC)), head)

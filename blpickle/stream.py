@@ -8,6 +8,8 @@ pool to hang a forked child) and a forked child starts new pools.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import mmap
 import os
 import threading
@@ -22,10 +24,10 @@ import xxhash
 
 from . import format as fmt
 from .buffers import Payload
-from .errors import ChecksumError, CorruptError, DumpError, LimitError, TruncatedError
+from .errors import ChecksumError, CorruptError, DumpError, LimitError, SignatureError, TruncatedError
 from .options import Options
 
-__all__ = ["FileSource", "MemorySource", "RecordReader", "Source", "write_record"]
+__all__ = ["FileSource", "MemorySource", "RecordReader", "Source", "map_file", "map_ordered", "unpack_chunk", "write_record"]
 
 blosc2.set_releasegil(True)
 
@@ -99,58 +101,80 @@ class _Output:
         self.pos += size
 
 
-def write_record(file: BinaryIO, header: fmt.Header, payloads: Sequence[Payload], options: Options) -> None:
+def write_record(
+    file: BinaryIO, header: fmt.Header, payloads: Sequence[Payload], options: Options, key: bytes | None = None
+) -> None:
     """Write one record: preamble and header, the frames of every stream, then the trailer.
 
-    ``payloads`` holds the data of ``header.streams`` in the same order.
+    ``payloads`` holds the data of ``header.streams`` in the same order. With a ``key`` the
+    record is signed (HMAC-SHA256 of the header and of a BLAKE2b digest of every frame).
 
     Raises:
         DumpError: when Blosc2 cannot compress a chunk.
     """
     out = _Output(file)
     header_bytes = header.encode()
-    head = fmt.encode_preamble(len(header_bytes)) + header_bytes
+    head = fmt.encode_preamble(len(header_bytes), 0 if key is None else fmt.FLAG_SIGNED) + header_bytes
     header_checksum = fmt.checksum(head)
     out.write(head + fmt.U64.pack(header_checksum))
     index = fmt.FrameIndex()
+    digests: list[bytes] = []
+    sign = key is not None
+
+    def compress(job: tuple[int, Any, dict]) -> tuple[bytes, int, bytes | None]:
+        frame, piece, cparams = job
+        try:
+            packed = blosc2.compress2(piece, **cparams)
+        except Exception as exc:
+            raise DumpError(f"Blosc2 could not compress a chunk of {len(piece)} bytes: {exc}") from exc
+        return packed, fmt.checksum(packed, fmt.frame_seed(header_checksum, frame)), fmt.frame_digest(packed) if sign else None
+
     for info, payload in zip(header.streams, payloads, strict=True):
         if info.raw:
-            _write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), index)
-            continue
-        cparams = options.blosc2_cparams(info.itemsize)
-        first = len(index)
-
-        def compress(job: tuple[int, Any], cparams: dict = cparams) -> tuple[bytes, int]:
-            frame, piece = job
-            try:
-                packed = blosc2.compress2(piece, **cparams)
-            except Exception as exc:
-                raise DumpError(f"Blosc2 could not compress a chunk of {len(piece)} bytes: {exc}") from exc
-            return packed, fmt.checksum(packed, fmt.frame_seed(header_checksum, frame))
-
-        jobs = enumerate(payload.chunks(info.chunk_size), start=first)
-        for packed, digest in map_ordered(compress, jobs, info.nchunks, options.threads):
-            index.add(out.pos, len(packed), digest)
-            out.write(fmt.U64.pack(len(packed)))
-            out.write(packed)
-            out.write(fmt.U64.pack(digest))
+            frames = [_write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), sign)] if info.nbytes else []
+        else:
+            cparams = options.blosc2_cparams(info.itemsize)
+            jobs = ((frame, piece, cparams) for frame, piece in enumerate(payload.chunks(info.chunk_size), start=len(index)))
+            frames = (
+                _write_frame(out, packed, checksum, digest)
+                for packed, checksum, digest in map_ordered(compress, jobs, info.nchunks, options.threads)
+            )
+        for offset, csize, checksum, digest in frames:
+            index.add(offset, csize, checksum)
+            if digest is not None:
+                digests.append(digest)
+    if key is not None:
+        index.signature = fmt.signature(key, head, digests)
     trailer = index.encode()
-    out.write(fmt.U64.pack(len(trailer)) + trailer + fmt.FOOTER.pack(len(trailer), fmt.checksum(trailer, header_checksum), fmt.END_MAGIC))
+    footer = fmt.FOOTER.pack(len(trailer), fmt.checksum(trailer, header_checksum), fmt.END_MAGIC)
+    out.write(fmt.U64.pack(len(trailer)) + trailer + footer)
 
 
-def _write_raw_frame(out: _Output, payload: Payload, seed: int, index: fmt.FrameIndex) -> None:
-    if not payload.nbytes:
-        return
+Frame = tuple[int, int, int, "bytes | None"]  # offset, stored size, checksum, digest
+
+
+def _write_frame(out: _Output, packed: bytes, checksum: int, digest: bytes | None) -> Frame:
+    offset = out.pos
+    out.write(fmt.U64.pack(len(packed)))
+    out.write(packed)
+    out.write(fmt.U64.pack(checksum))
+    return offset, len(packed), checksum, digest
+
+
+def _write_raw_frame(out: _Output, payload: Payload, seed: int, sign: bool) -> Frame:
     out.write(bytes(fmt.raw_padding(out.pos)))
     offset = out.pos
     out.write(fmt.U64.pack(payload.nbytes))
     hasher = xxhash.xxh3_64(seed=seed)
+    signer = hashlib.blake2b(digest_size=32) if sign else None
     for piece in payload.chunks(_RAW_READ_SIZE - _RAW_READ_SIZE % payload.chunk_multiple or payload.chunk_multiple):
         hasher.update(piece)
+        if signer is not None:
+            signer.update(piece)
         out.write(piece)
-    digest = hasher.intdigest()
-    out.write(fmt.U64.pack(digest))
-    index.add(offset, payload.nbytes, digest)
+    checksum = hasher.intdigest()
+    out.write(fmt.U64.pack(checksum))
+    return offset, payload.nbytes, checksum, None if signer is None else signer.digest()
 
 
 class Source:
@@ -268,24 +292,33 @@ class RecordReader:
         source: where to read; positioned just after the magic bytes when ``magic`` is given.
         nthreads: decompression threads.
         magic: the first bytes already read from the source (the caller peeked at them).
+        key: verify the record's signature with this key in :meth:`finish`; an unsigned
+            record is refused at once.
 
     Raises:
-        LoadError subclasses for any damaged or truncated input.
+        LoadError subclasses for any damaged or truncated input; SignatureError for an
+        unsigned record when a key is given.
     """
 
-    def __init__(self, source: Source, nthreads: int, magic: bytes = b"") -> None:
+    def __init__(self, source: Source, nthreads: int, magic: bytes = b"", key: bytes | None = None) -> None:
         self._source = source
         rest = source.read(fmt.PREAMBLE.size - len(magic), "the preamble")
         preamble = magic + bytes(rest)
-        _minor, _flags, header_size = fmt.decode_preamble(preamble)
+        self.minor, flags, header_size = fmt.decode_preamble(preamble)
+        self.signed = bool(flags & fmt.FLAG_SIGNED)
+        if key is not None and not self.signed:
+            raise SignatureError("the record is not signed, and a key was given: refusing to load it")
         header_bytes = bytes(source.read(header_size, "the header"))
         stored = fmt.U64.unpack(source.read(fmt.U64.size, "the header checksum"))[0]
-        computed = fmt.checksum(preamble + header_bytes)
+        self._head = preamble + header_bytes
+        computed = fmt.checksum(self._head)
         if stored != computed:
             raise ChecksumError("the header", fmt.PREAMBLE.size, stored, computed)
         self.header = fmt.Header.decode(header_bytes)
         self._header_checksum = computed
         self._nthreads = nthreads
+        self._key = key
+        self._digests: list[bytes] = []
         self._next_stream = 0
         self.index = fmt.FrameIndex()
 
@@ -295,29 +328,32 @@ class RecordReader:
         Raises:
             LoadError subclasses when a frame is damaged, truncated or inconsistent.
         """
-        number = self._next_stream
-        if number >= len(self.header.streams):
-            raise CorruptError(f"the pickle asks for more out-of-band buffers than the record's {len(self.header.streams) - 1}")
-        self._next_stream += 1
-        info = self.header.streams[number]
+        number, info = self._next()
         if info.raw:
-            return self._read_raw(info, number)
+            return self._read_raw(info, number, keep=True)
         out = _allocate(info.nbytes, number)
-        frames = self._read_frames(info, number, out)
-        for _ in map_ordered(_unpack_frame, frames, info.nchunks, self._nthreads):
-            pass
+        self._run(info, number, out)
         return out
+
+    def skip_stream(self) -> None:
+        """Read the next stream and check its checksums, without decompressing it."""
+        number, info = self._next()
+        if info.raw:
+            self._read_raw(info, number, keep=False)
+        else:
+            self._run(info, number, None)
 
     def buffers(self) -> Iterator[np.ndarray]:
         """Yield the out-of-band buffers (streams 1..n) lazily, in order."""
         while self._next_stream < len(self.header.streams):
             yield self.read_stream()
 
-    def finish(self) -> None:
-        """Read and check the trailer; every stream must have been read.
+    def finish(self) -> fmt.FrameIndex:
+        """Read and check the trailer (and the signature, with a key); every stream must have
+        been read. Return the trailer.
 
         Raises:
-            CorruptError, ChecksumError, TruncatedError, LimitError.
+            CorruptError, ChecksumError, TruncatedError, LimitError, SignatureError.
         """
         unread = len(self.header.streams) - self._next_stream
         if unread:
@@ -334,14 +370,35 @@ class RecordReader:
             raise ChecksumError("the trailer", offset, stored, computed)
         if footer_size != size or end_magic != fmt.END_MAGIC:
             raise CorruptError(f"the footer at offset {source.pos - fmt.FOOTER.size} does not match the trailer")
-        if fmt.FrameIndex.decode(trailer, len(self.index)) != self.index:
+        index = fmt.FrameIndex.decode(trailer, len(self.index))
+        if (index.offsets, index.csizes, index.checksums) != (self.index.offsets, self.index.csizes, self.index.checksums):
             raise CorruptError("the trailer's frame index does not match the frames read")
+        if self._key is not None:
+            expected = fmt.signature(self._key, self._head, self._digests)
+            if index.signature is None or not hmac.compare_digest(index.signature, expected):
+                raise SignatureError("the record's signature does not match: wrong key, or the record was altered")
+        return index
+
+    def _next(self) -> tuple[int, fmt.StreamInfo]:
+        number = self._next_stream
+        if number >= len(self.header.streams):
+            raise CorruptError(f"the pickle asks for more out-of-band buffers than the record's {len(self.header.streams) - 1}")
+        self._next_stream += 1
+        return number, self.header.streams[number]
 
     def _frame_name(self, number: int, chunk: int) -> str:
         stream = "the pickle stream" if number == 0 else f"buffer {number - 1}"
         return f"chunk {chunk} of {stream}"
 
-    def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray) -> Iterator[tuple]:
+    def _run(self, info: fmt.StreamInfo, number: int, out: np.ndarray | None) -> None:
+        """Read the frames of a compressed stream; check (and decompress) them in the pool."""
+        sign = self._key is not None
+        jobs = ((*frame, sign) for frame in self._read_frames(info, number, out))
+        for digest in map_ordered(_unpack_frame, jobs, info.nchunks, self._nthreads):
+            if sign:
+                self._digests.append(digest)
+
+    def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray | None) -> Iterator[tuple]:
         source = self._source
         for chunk, (start, stop) in enumerate(info.chunk_spans()):
             what = self._frame_name(number, chunk)
@@ -353,9 +410,10 @@ class RecordReader:
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, len(self.index))
             self.index.add(offset, csize, stored)
-            yield packed, stored, seed, memoryview(out)[start:stop], what, offset
+            dst = None if out is None else memoryview(out)[start:stop]
+            yield packed, stored, seed, stop - start, dst, what, offset
 
-    def _read_raw(self, info: fmt.StreamInfo, number: int) -> np.ndarray:
+    def _read_raw(self, info: fmt.StreamInfo, number: int, keep: bool) -> np.ndarray:
         source = self._source
         if not info.nbytes:
             return np.empty(0, dtype=np.uint8)
@@ -368,20 +426,28 @@ class RecordReader:
         if size != info.nbytes:
             raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
-        out = source.map(size, what)
+        signer = hashlib.blake2b(digest_size=32) if self._key is not None else None
+        out = source.map(size, what) if keep else None
         computed = None
-        if out is None:
-            out = _allocate(size, number)
+        if out is not None:  # memory-mapped: not read, so not checked (unless signed)
+            if signer is not None:
+                signer.update(out)
+        else:
+            out = _allocate(size if keep else min(size, _RAW_READ_SIZE), number)
             hasher = xxhash.xxh3_64(seed=seed)
             for start in range(0, size, _RAW_READ_SIZE):
-                piece = memoryview(out)[start : start + _RAW_READ_SIZE]
+                piece = memoryview(out)[start : start + _RAW_READ_SIZE] if keep else memoryview(out)[: min(_RAW_READ_SIZE, size - start)]
                 source.readinto(piece, what)
                 hasher.update(piece)
+                if signer is not None:
+                    signer.update(piece)
             computed = hasher.intdigest()
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
         if computed is not None and stored != computed:
             raise ChecksumError(what, offset, stored, computed)
+        if signer is not None:
+            self._digests.append(signer.digest())
         return out
 
 
@@ -393,16 +459,31 @@ def _allocate(nbytes: int, number: int) -> np.ndarray:
         raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
 
 
-def _unpack_frame(job: tuple) -> None:
-    """Verify one frame's checksum, then decompress it into its slot of the output."""
-    packed, stored, seed, dst, what, offset = job
+def unpack_chunk(packed: Any, stored: int, seed: int, nbytes: int, dst: memoryview | None, what: str, offset: int) -> None:
+    """Check one stored Blosc2 chunk, then decompress it into ``dst`` (unless None).
+
+    In this order: its checksum (before anything reaches Blosc2), then that the chunk header
+    declares ``nbytes`` decompressed and ``len(packed)`` compressed bytes (``decompress2``
+    trusts the header, not the size of ``dst``).
+
+    Raises:
+        ChecksumError, CorruptError: naming ``what`` and its ``offset``.
+    """
     computed = fmt.checksum(packed, seed)
     if computed != stored:
         raise ChecksumError(what, offset, stored, computed)
-    nbytes, cbytes, _ = blosc2.get_cbuffer_sizes(packed)
-    if nbytes != dst.nbytes or cbytes != len(packed):
-        raise CorruptError(f"{what} at offset {offset} holds {nbytes} bytes in {cbytes}, expected {dst.nbytes} in {len(packed)}")
-    try:
-        blosc2.decompress2(packed, dst=dst)
-    except Exception as exc:
-        raise CorruptError(f"Blosc2 could not decompress {what} at offset {offset}: {exc}") from None
+    declared, cbytes, _ = blosc2.get_cbuffer_sizes(packed)
+    if declared != nbytes or cbytes != len(packed):
+        raise CorruptError(f"{what} at offset {offset} holds {declared} bytes in {cbytes}, expected {nbytes} in {len(packed)}")
+    if dst is not None:
+        try:
+            blosc2.decompress2(packed, dst=dst)
+        except Exception as exc:
+            raise CorruptError(f"Blosc2 could not decompress {what} at offset {offset}: {exc}") from None
+
+
+def _unpack_frame(job: tuple) -> bytes | None:
+    """Run :func:`unpack_chunk` on a frame; return its BLAKE2b digest if the record is signed."""
+    *chunk, sign = job
+    unpack_chunk(*chunk)
+    return fmt.frame_digest(chunk[0]) if sign else None

@@ -7,8 +7,13 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 import blpickle
+
+settings.register_profile("default", max_examples=150, deadline=2000)
+settings.register_profile("fuzz", max_examples=200_000, deadline=10_000)
+settings.load_profile("default")
 
 
 def assert_same_array(expected: np.ndarray, actual: object) -> None:

@@ -1,0 +1,181 @@
+"""What a record holds, read without unpickling anything."""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import io
+import pickletools
+from collections import deque
+from contextlib import ExitStack
+from typing import Any, BinaryIO
+
+from . import format as fmt
+from .errors import CorruptError
+from .files import is_path
+from .options import available_threads
+from .stream import FileSource, MemorySource, RecordReader, Source, map_file
+
+__all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferInfo:
+    """One out-of-band buffer of a record."""
+
+    nbytes: int
+    stored: int
+    nchunks: int
+    itemsize: int
+    raw: bool
+    dtype: str | None
+    shape: tuple[int, ...] | None
+
+    @property
+    def ratio(self) -> float:
+        """Compression ratio (decompressed / stored bytes)."""
+        return self.nbytes / self.stored if self.stored else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordInfo:
+    """What :func:`inspect` found in a record.
+
+    Attributes:
+        version: format version, "major.minor".
+        signed: the record carries an HMAC signature.
+        options: the options it was written with.
+        protocol: pickle protocol of the object graph.
+        pickle_nbytes, pickle_stored: size of the object graph's pickle, raw and stored.
+        buffers: the out-of-band buffers, in order.
+        external: how many out-of-band buffers the caller kept (``buffer_callback``).
+        globals: every ``module.name`` the pickle would import, in order of first use.
+        size: bytes of the whole record.
+    """
+
+    version: str
+    signed: bool
+    options: dict[str, Any]
+    protocol: int
+    pickle_nbytes: int
+    pickle_stored: int
+    buffers: tuple[BufferInfo, ...]
+    external: int
+    globals: tuple[str, ...]
+    size: int
+
+    @property
+    def nbytes(self) -> int:
+        """Decompressed size of the pickle and every buffer."""
+        return self.pickle_nbytes + sum(b.nbytes for b in self.buffers)
+
+    @property
+    def ratio(self) -> float:
+        """Compression ratio of the whole record."""
+        return self.nbytes / self.size if self.size else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the information as JSON-compatible types."""
+        out = dataclasses.asdict(self)
+        out["buffers"] = [dict(dataclasses.asdict(b), ratio=b.ratio) for b in self.buffers]
+        out["globals"] = list(self.globals)
+        out["nbytes"], out["ratio"] = self.nbytes, self.ratio
+        return out
+
+
+def inspect(file: BinaryIO | str | bytes | Any, nthreads: int | None = None) -> RecordInfo:
+    """Describe the record in ``file`` (a path, a binary file object or a bytes-like object)
+    without unpickling it. Only the object graph's pickle is decompressed; every checksum
+    of the record is checked on the way.
+
+    Raises:
+        blpickle.BadMagicError: when the input is not a blpickle record.
+        blpickle.LoadError: for a damaged or truncated record.
+    """
+    with ExitStack() as stack:
+        source = _open(file, stack)
+        reader = RecordReader(source, nthreads or available_threads())
+        graph = reader.read_stream()
+        for _ in reader.header.streams[1:]:
+            reader.skip_stream()
+        reader.finish()
+        header = reader.header
+        stored = _stored_sizes(header.streams, reader.index.csizes)
+        buffers = tuple(
+            BufferInfo(s.nbytes, size, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape)
+            for s, size in zip(header.streams[1:], stored[1:])
+        )
+        return RecordInfo(
+            version=f"{fmt.VERSION_MAJOR}.{reader.minor}",
+            signed=reader.signed,
+            options=header.options,
+            protocol=header.protocol,
+            pickle_nbytes=header.streams[0].nbytes,
+            pickle_stored=stored[0],
+            buffers=buffers,
+            external=len(header.external),
+            globals=pickle_globals(graph),
+            size=source.pos,
+        )
+
+
+def _open(file: Any, stack: ExitStack) -> Source:
+    if is_path(file):
+        file = stack.enter_context(open(file, "rb"))
+    if not hasattr(file, "read"):
+        return MemorySource(file)
+    mapped = map_file(file, "r")
+    if mapped is None:
+        return FileSource(file)
+    start = file.tell()
+    source = MemorySource(mapped, offset=start)
+    stack.callback(lambda: file.seek(start + source.pos))
+    return source
+
+
+def _stored_sizes(streams: tuple[fmt.StreamInfo, ...], csizes: list[int]) -> list[int]:
+    sizes, first = [], 0
+    for stream in streams:
+        sizes.append(sum(csizes[first : first + stream.nchunks]))
+        first += stream.nchunks
+    return sizes
+
+
+_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
+_GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
+_PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
+_EXT_OPS = {"EXT1", "EXT2", "EXT4"}
+_NO_PUSH_OPS = {"FRAME", "PROTO", "MEMOIZE", *_PUT_OPS}
+
+
+def pickle_globals(data: Any) -> tuple[str, ...]:
+    """Return every ``module.name`` a pickle would import, in order of first use, read from
+    its opcodes without running it.
+
+    Raises:
+        CorruptError: when the data is not a valid pickle.
+    """
+    found: dict[str, None] = {}
+    memo: dict[int, Any] = {}
+    pushed: deque[Any] = deque([None, None], maxlen=2)  # the last two values pushed
+    try:
+        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
+            name = op.name
+            if name in ("GLOBAL", "INST"):
+                found[arg.replace(" ", ".", 1)] = None
+            elif name == "STACK_GLOBAL":
+                module, qualname = pushed
+                found[f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else "<computed>"] = None
+            elif name in _EXT_OPS:
+                module, qualname = copyreg._inverted_registry.get(arg, ("<extension>", str(arg)))
+                found[f"{module}.{qualname}"] = None
+            if name == "MEMOIZE":
+                memo[len(memo)] = pushed[-1]
+            elif name in _PUT_OPS:
+                memo[arg] = pushed[-1]
+            if name in _NO_PUSH_OPS:
+                continue
+            pushed.append(arg if name in _STRING_OPS else memo.get(arg) if name in _GET_OPS else None)
+    except ValueError as exc:
+        raise CorruptError(f"the object graph is not a valid pickle: {exc}") from None
+    return tuple(found)

@@ -1,0 +1,87 @@
+"""Restricted loading: only builtin containers and scalars, numpy arrays, dtypes and scalars,
+and what the caller allows.
+
+Every global a pickle imports goes through ``Unpickler.find_class``, whichever path the data
+takes (records, plain pickle data, object arrays, nested containers): a :class:`Policy`
+checks it there, before anything it names is imported or called.
+"""
+
+from __future__ import annotations
+
+import _compat_pickle
+from collections.abc import Iterable
+from typing import Any
+
+from .errors import UnsafeLoadError
+
+__all__ = ["SAFE_GLOBALS", "Policy"]
+
+#: The globals ``safe=True`` allows, as ``module.name``.
+SAFE_GLOBALS = frozenset(
+    {
+        # builtins that pickle protocols 0-5 use for containers and scalars
+        "builtins.set",
+        "builtins.frozenset",
+        "builtins.bytearray",
+        "builtins.complex",
+        "builtins.slice",
+        "builtins.range",
+        "_codecs.encode",  # bytes at protocols 0-2
+        # numpy arrays, dtypes and scalars (numpy 2 and numpy 1 spellings)
+        "numpy.ndarray",
+        "numpy.dtype",
+        "numpy._core.multiarray._reconstruct",
+        "numpy.core.multiarray._reconstruct",
+        "numpy._core.multiarray.scalar",
+        "numpy.core.multiarray.scalar",
+        "numpy._core.numeric._frombuffer",
+        "numpy.core.numeric._frombuffer",
+        # how blpickle records rebuild out-of-band arrays (checks sizes, refuses object dtypes)
+        "blpickle.arrays.rebuild_ndarray",
+    }
+)
+
+
+def _import_path(entry: str | Any) -> str:
+    if isinstance(entry, str):
+        return entry
+    module, qualname = getattr(entry, "__module__", None), getattr(entry, "__qualname__", None)
+    if not module or not qualname:
+        raise TypeError(f"allowed entries are import paths or importable types/functions, not {entry!r}")
+    return f"{module}.{qualname}"
+
+
+class Policy:
+    """Which globals a restricted load may import.
+
+    Args:
+        allowed: extra import paths (``"package.module.Name"``, or ``"package.*"`` for a whole
+            package) or the types and functions themselves, on top of :data:`SAFE_GLOBALS`.
+
+    Raises:
+        TypeError: for an entry that is neither a string nor an importable object.
+    """
+
+    def __init__(self, allowed: Iterable[str | Any] = ()) -> None:
+        paths = {_import_path(entry) for entry in allowed}
+        self._exact = SAFE_GLOBALS | {p for p in paths if not p.endswith(".*")}
+        self._packages = tuple(p[:-2] for p in paths if p.endswith(".*"))
+
+    def check(self, module: str, name: str) -> None:
+        """Return if ``module.name`` may be imported; raise :class:`UnsafeLoadError` if not.
+
+        Names reaching through dunder attributes (``Class.__init__.__globals__``) are always
+        refused: they lead from an allowed object to anything.
+        """
+        if (module, name) in _compat_pickle.NAME_MAPPING:  # Python 2 names, as find_class maps them
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
+        path = f"{module}.{name}"
+        if any(part.startswith("__") for part in name.split(".")):
+            raise UnsafeLoadError(module, name, "it reaches through a dunder attribute")
+        if path in self._exact:
+            return
+        if any(module == package or module.startswith(package + ".") for package in self._packages):
+            return
+        raise UnsafeLoadError(module, name)

@@ -1,0 +1,56 @@
+"""Take records apart and put them back together with valid checksums (for tests that damage
+or forge records in ways the checksums alone would catch)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import msgpack
+
+from blpickle import format as fmt
+from blpickle.stream import MemorySource, RecordReader
+
+
+@dataclasses.dataclass
+class Parts:
+    flags: int
+    header: dict[str, Any]
+    payloads: list[bytes]  # one per frame: the Blosc2 chunk or the raw payload
+    raw: list[bool]  # the frame is a raw (aligned) frame
+    trailer: dict[str, Any]
+
+
+def split(data: bytes) -> Parts:
+    """Return the parts of a valid record."""
+    reader = RecordReader(MemorySource(data), nthreads=1)
+    for _ in reader.header.streams:
+        reader.skip_stream()
+    index = reader.finish()
+    flags = fmt.decode_preamble(data[: fmt.PREAMBLE.size])[1]
+    header_size = fmt.decode_preamble(data[: fmt.PREAMBLE.size])[2]
+    header = msgpack.unpackb(data[fmt.PREAMBLE.size : fmt.PREAMBLE.size + header_size])
+    raw = [s.raw for s in reader.header.streams for _ in range(s.nchunks)]
+    payloads = [data[o + 8 : o + 8 + c] for o, c in zip(index.offsets, index.csizes)]
+    trailer_start = len(data) - fmt.FOOTER.size - fmt.FOOTER.unpack(data[-fmt.FOOTER.size :])[0]
+    return Parts(flags, header, payloads, raw, msgpack.unpackb(data[trailer_start : len(data) - fmt.FOOTER.size]))
+
+
+def join(parts: Parts, trailer: dict[str, Any] | None = None) -> bytes:
+    """Return a record with every checksum (not the signature) right for ``parts``; the
+    trailer is rebuilt from the frames unless one is given."""
+    header_bytes = msgpack.packb(parts.header)
+    head = fmt.encode_preamble(len(header_bytes), parts.flags) + header_bytes
+    header_checksum = fmt.checksum(head)
+    out = bytearray(head + fmt.U64.pack(header_checksum))
+    index = fmt.FrameIndex(signature=parts.trailer.get("signature"))
+    for number, (payload, raw) in enumerate(zip(parts.payloads, parts.raw)):
+        if raw:
+            out += bytes(fmt.raw_padding(len(out)))
+        checksum = fmt.checksum(payload, fmt.frame_seed(header_checksum, number))
+        index.add(len(out), len(payload), checksum)
+        out += fmt.U64.pack(len(payload)) + payload + fmt.U64.pack(checksum)
+    trailer_bytes = msgpack.packb(trailer) if trailer is not None else index.encode()
+    out += fmt.U64.pack(len(trailer_bytes)) + trailer_bytes
+    out += fmt.FOOTER.pack(len(trailer_bytes), fmt.checksum(trailer_bytes, header_checksum), fmt.END_MAGIC)
+    return bytes(out)

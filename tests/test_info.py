@@ -1,0 +1,62 @@
+"""blpickle.inspect: what a record holds, without unpickling it."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+
+import numpy as np
+import pytest
+from test_safe import CALLS, SideEffect
+
+import blpickle
+from blpickle.info import pickle_globals
+
+
+def test_inspect_describes_buffers_options_and_globals(tmp_path):
+    obj = {"ramp": np.arange(1_000_000), "noise": np.random.default_rng(0).random((300, 200)).T, "fn": SideEffect()}
+    path = tmp_path / "x.blp"
+    blpickle.dump(obj, path, codec="lz4", chunk_size=1 << 20)
+    CALLS.clear()
+    info = blpickle.inspect(path)
+    assert CALLS == []  # nothing was unpickled
+    assert info.version == "1.0" and not info.signed
+    assert info.options["codec"] == "lz4"
+    assert info.protocol == 5
+    ramp, noise = info.buffers
+    assert (ramp.dtype, ramp.shape, ramp.nbytes, ramp.nchunks, ramp.itemsize) == ("int64", (1_000_000,), 8_000_000, 8, 8)
+    assert ramp.ratio > 50 and noise.ratio < 2
+    assert noise.shape == (200, 300)
+    assert "test_safe.record_call" in info.globals and "blpickle.arrays.rebuild_ndarray" in info.globals
+    assert info.size == path.stat().st_size
+    assert info.ratio == pytest.approx(info.nbytes / info.size)
+    assert json.loads(json.dumps(info.to_dict()))["buffers"][0]["nbytes"] == 8_000_000
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_pickle_globals_reads_every_protocol(protocol):
+    data = pickle.dumps([SideEffect(), SideEffect(), np.dtype("f4"), {1, 2}], protocol)
+    found = pickle_globals(data)
+    assert "test_safe.record_call" in found
+    assert "numpy.dtype" in found
+    assert found.count("test_safe.record_call") == 1
+    assert "<computed>" not in found
+
+
+def test_inspect_reads_file_objects_and_leaves_them_after_the_record():
+    out = io.BytesIO()
+    blpickle.dump(np.arange(10), out)
+    blpickle.dump("second", out)
+    out.seek(0)
+    assert blpickle.inspect(out).buffers[0].shape == (10,)
+    assert blpickle.load(out) == "second"
+
+
+def test_inspect_refuses_what_is_not_a_record():
+    with pytest.raises(blpickle.BadMagicError):
+        blpickle.inspect(b"\x80\x05K\x01." + bytes(20))
+    data = bytearray(blpickle.dumps(np.arange(10_000)))
+    data[-40] ^= 1
+    with pytest.raises(blpickle.LoadError):
+        blpickle.inspect(bytes(data))
