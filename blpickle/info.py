@@ -83,18 +83,20 @@ class RecordInfo:
         return out
 
 
-def inspect(file: BinaryIO | str | bytes | Any, nthreads: int | None = None) -> RecordInfo:
+def inspect(file: BinaryIO | str | bytes | Any, *, key: bytes | None = None, nthreads: int | None = None) -> RecordInfo:
     """Describe the record in ``file`` (a path, a binary file object or a bytes-like object)
     without unpickling it. Only the object graph's pickle is decompressed; every checksum
-    of the record is checked on the way.
+    of the record, and its signature when a ``key`` is given, is checked on the way.
 
     Raises:
         blpickle.BadMagicError: when the input is not a blpickle record.
-        blpickle.LoadError: for a damaged or truncated record.
+        blpickle.SignatureError: with a key, for an unsigned or altered record.
+        blpickle.LoadError: for a damaged or truncated record (the message names the first
+            damaged chunk and its offset).
     """
     with ExitStack() as stack:
         source = _open(file, stack)
-        reader = RecordReader(source, nthreads or available_threads())
+        reader = RecordReader(source, nthreads or available_threads(), key=key)
         graph = reader.read_stream()
         for _ in reader.header.streams[1:]:
             reader.skip_stream()

@@ -60,3 +60,12 @@ def test_inspect_refuses_what_is_not_a_record():
     data[-40] ^= 1
     with pytest.raises(blpickle.LoadError):
         blpickle.inspect(bytes(data))
+
+
+def test_inspect_checks_the_signature_with_a_key():
+    data = blpickle.dumps(np.arange(1000), key=b"k", codec=None)
+    assert blpickle.inspect(data, key=b"k").signed
+    with pytest.raises(blpickle.SignatureError):
+        blpickle.inspect(data, key=b"other")
+    with pytest.raises(blpickle.SignatureError, match="not signed"):
+        blpickle.inspect(blpickle.dumps(1), key=b"k")
