@@ -1,0 +1,226 @@
+"""``blpickle bench``: time dump and load of one object with blpickle, pickle and joblib.
+
+A quick, self-contained comparison for the machine at hand (the full study, with cold caches,
+fsync'd writes, memory peaks and plots, is ``python -m bench`` in the source tree). Files are
+written to a temporary directory and read back from the page cache; each time is the best of
+``repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import os
+import pickle
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from .pickler import dump as blpickle_dump
+from .pickler import load as blpickle_load
+
+__all__ = ["DATASETS", "Method", "format_table", "make_dataset", "methods", "run"]
+
+#: The Bloscpack paper's datasets: low, medium and high entropy.
+DATASETS = ("low", "medium", "high")
+#: Elements (8 bytes each) of each dataset: 80 MB, or 8 MB with ``--quick``.
+DEFAULT_ELEMENTS = 10_000_000
+QUICK_ELEMENTS = 1_000_000
+MB = 1_000_000
+
+
+def make_dataset(entropy: str, n: int, seed: int = 0) -> np.ndarray:
+    """Return ``n`` elements: low = ``arange`` int64, medium = a sine (period 1000) plus
+    gaussian noise (sigma 0.1) float64, high = uniform random float64."""
+    if entropy == "low":
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    if entropy == "high":
+        return rng.random(n)
+    out = rng.standard_normal(n)
+    out *= 0.1
+    out += np.sin(np.arange(n) * (2 * math.pi / 1000))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One way to write and read a file."""
+
+    name: str
+    dump: Callable[[Any, str], None]
+    load: Callable[[str], Any]
+
+
+def _pickle_dump(obj: Any, path: str) -> None:
+    with open(path, "wb") as file:
+        pickle.dump(obj, file, protocol=5)
+
+
+def _pickle_load(path: str) -> Any:
+    with open(path, "rb") as file:
+        return pickle.load(file)
+
+
+def _blpickle(name: str, nthreads: int | None, **options: Any) -> Method:
+    settings = {"nthreads": nthreads} if nthreads else {}
+    return Method(
+        name,
+        lambda obj, path: blpickle_dump(obj, path, **options, **settings),
+        lambda path: blpickle_load(path, nthreads=nthreads),
+    )
+
+
+def methods(
+    nthreads: int | None = None, custom: Mapping[str, Any] | None = None
+) -> tuple[list[Method], list[str]]:
+    """Return the methods to compare (pickle first: it sets the reference size of objects
+    that are not arrays) and notes on the ones left out."""
+    from .options import PRESETS
+
+    found = [Method("pickle (protocol 5)", _pickle_dump, _pickle_load)]
+    found += [_blpickle(f"blpickle {name}", nthreads, preset=name) for name in PRESETS]
+    if custom:
+        label = " ".join(f"{k}={v}" for k, v in custom.items())
+        found.append(_blpickle(f"blpickle {label}", nthreads, **custom))
+    notes = []
+    try:
+        import joblib
+    except ImportError:
+        notes.append("joblib is not installed: pip install joblib to compare with it")
+        return found, notes
+    found.append(
+        Method("joblib zlib 3", lambda o, p: joblib.dump(o, p, compress=("zlib", 3)), joblib.load)
+    )
+    try:
+        import lz4  # noqa: F401
+    except ImportError:
+        notes.append("lz4 is not installed: pip install lz4 to compare with joblib's lz4")
+    else:
+        found.append(
+            Method("joblib lz4", lambda o, p: joblib.dump(o, p, compress="lz4"), joblib.load)
+        )
+    from .integrations import register_joblib
+
+    if register_joblib():
+        found.append(
+            Method("joblib blosc", lambda o, p: joblib.dump(o, p, compress="blosc"), joblib.load)
+        )
+    return found, notes
+
+
+def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    best, result = math.inf, None
+    for _ in range(repeat):
+        result = None
+        gc.collect()
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def _same(expected: Any, actual: Any) -> bool | None:
+    if isinstance(expected, np.ndarray):
+        return (
+            isinstance(actual, np.ndarray)
+            and actual.dtype == expected.dtype
+            and np.array_equal(actual, expected)
+        )
+    return None  # not checked
+
+
+def run(
+    objects: list[tuple[str, Any]],
+    contenders: list[Method],
+    directory: str | None = None,
+    repeat: int = 3,
+    step: Callable[[str], None] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Dump and load each object with each method; yield one row per (object, method).
+
+    A row holds ``dataset``, ``method``, ``nbytes`` (the reference size: an array's bytes, or
+    the size of the plain pickle for other objects), ``size`` (the file's), ``ratio``,
+    ``dump_s``, ``load_s``, ``dump_mbps``, ``load_mbps`` and ``same`` (the loaded array
+    equals the original; None when not checked), or ``error``. ``step(label)`` is called
+    before each measurement (for a progress bar).
+    """
+    with tempfile.TemporaryDirectory(prefix="blpickle-bench-", dir=directory) as tmp:
+        for dataset, obj in objects:
+            nbytes = obj.nbytes if isinstance(obj, np.ndarray) else None
+            for index, method in enumerate(contenders):
+                if step is not None:
+                    step(f"{dataset}: {method.name}")
+                path = os.path.join(tmp, f"{index}.bin")
+                row: dict[str, Any] = {"dataset": dataset, "method": method.name}
+                try:
+                    dump_s, _ = _best(lambda m=method, p=path, o=obj: m.dump(o, p), repeat)
+                    size = os.path.getsize(path)
+                    load_s, loaded = _best(lambda m=method, p=path: m.load(p), repeat)
+                    same = _same(obj, loaded)
+                    del loaded
+                except Exception as exc:  # one method failing must not stop the others
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                    yield row
+                    continue
+                finally:
+                    if os.path.exists(path):
+                        os.unlink(path)
+                if nbytes is None:
+                    nbytes = size  # pickle runs first: objects are measured by their pickle
+                row.update(
+                    nbytes=nbytes,
+                    size=size,
+                    ratio=nbytes / size if size else 1.0,
+                    dump_s=dump_s,
+                    load_s=load_s,
+                    dump_mbps=nbytes / MB / dump_s if dump_s else math.inf,
+                    load_mbps=nbytes / MB / load_s if load_s else math.inf,
+                    same=same,
+                )
+                yield row
+
+
+def human_size(nbytes: float) -> str:
+    """Return a size in B, kB, MB, GB (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(nbytes) < 1000 or unit == "GB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    raise AssertionError("unreachable")
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """Return the rows of one dataset as an aligned text table."""
+    header = ("method", "dump MB/s", "load MB/s", "ratio", "size")
+    lines = []
+    for row in rows:
+        if "error" in row:
+            continue
+        mark = "" if row.get("same") in (True, None) else "  (loaded data differs!)"
+        lines.append(
+            (
+                row["method"] + mark,
+                f"{row['dump_mbps']:.0f}",
+                f"{row['load_mbps']:.0f}",
+                f"{row['ratio']:.2f}",
+                human_size(row["size"]),
+            )
+        )
+    widths = [max(len(cells[i]) for cells in (header, *lines)) for i in range(len(header))]
+    out = []
+    for n, cells in enumerate((header, *lines)):
+        out.append(
+            "  ".join(
+                f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
+        )
+        if not n:
+            out.append("  ".join("-" * w for w in widths))
+    out += [f"{row['method']}: failed: {row['error']}" for row in rows if "error" in row]
+    return "\n".join(line.rstrip() for line in out)
