@@ -25,18 +25,16 @@ def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order:
         CorruptError: when the arguments are not a dtype, a shape and an order, or the buffer
             does not hold exactly ``prod(shape) * dtype.itemsize`` bytes.
     """
-    if not isinstance(dtype, np.dtype) or dtype.hasobject or order not in ("C", "F"):
-        raise CorruptError(f"cannot rebuild an array of dtype {dtype!r} in order {order!r}")
-    if not isinstance(shape, tuple) or not all(isinstance(n, int) and n >= 0 for n in shape):
-        raise CorruptError(f"cannot rebuild an array of shape {shape!r}")
+    if not isinstance(dtype, np.dtype) or dtype.hasobject or order not in ("C", "F") or type(shape) is not tuple:
+        raise CorruptError(f"cannot rebuild an array of dtype {dtype!r}, shape {shape!r} in order {order!r}")
     count = math.prod(shape)
     nbytes = memoryview(buffer).nbytes
-    if nbytes != count * dtype.itemsize:
+    if nbytes != count * dtype.itemsize or count < 0:
         raise CorruptError(
             f"an array of shape {shape} and dtype {dtype} needs {count * dtype.itemsize} bytes, "
             f"its buffer holds {nbytes}"
         )
-    return np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape, order=order)
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape, order=order)
 
 
 def reduce_ndarray(array: np.ndarray, placeholder: PickleBuffer) -> tuple[Any, tuple[Any, ...]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
@@ -56,8 +57,9 @@ def _parse_bool(name: str, value: Any) -> bool:
     return value
 
 
+@functools.cache
 def available_threads() -> int:
-    """Return the number of CPUs this process may run on."""
+    """Return the number of CPUs this process may run on (read once)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
+import functools
 import io
 import pickle
 import struct
@@ -47,6 +48,9 @@ HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
 DEFAULT_PROTOCOL = 5
 
 BufferCallback = Callable[[PickleBuffer], Any]
+#: Buffers smaller than this stay in the pickle stream (compressed with it): a stream of its
+#: own costs more (header entry, Blosc2 call, checksum) than copying them.
+INBAND_LIMIT = 64 << 10
 #: What the C unpickler raises for a malformed stream. In a record the stream passed its
 #: checksum, so these mean a forged or damaged record: they become CorruptErrors. (Errors
 #: of the objects being rebuilt, a missing module or class, pass through unchanged.)
@@ -109,9 +113,11 @@ class _RecordPickler:
             self._protocol < 5
             or array.dtype.hasobject
             or array.dtype.itemsize == 0
-            or (self._user_callback is not None and contiguous)
+            or (self._user_callback is not None and (contiguous or array.nbytes < INBAND_LIMIT))
         ):
             return array.__reduce_ex__(self._protocol)
+        if array.nbytes < INBAND_LIMIT:  # a writable copy, pickled in band
+            return reduce_ndarray(array, PickleBuffer(array.copy(order="A").reshape(-1, order="A").view(np.uint8)))
         placeholder = PickleBuffer(bytearray())
         self._placeholders[id(placeholder)] = (placeholder, array)
         return reduce_ndarray(array, placeholder)
@@ -124,6 +130,8 @@ class _RecordPickler:
             if self._user_callback(buffer):
                 return True  # the caller wants it in band
             self._external.append(self._slots)
+        elif buffer.raw().nbytes < INBAND_LIMIT:
+            return True
         else:
             self._payloads.append(Payload.from_picklebuffer(buffer))
         self._slots += 1
@@ -165,11 +173,16 @@ class _RecordPickler:
                     chunk_size=max(payload.nbytes, 1) if raw else chunk_size,
                     itemsize=payload.itemsize,
                     raw=raw,
-                    dtype=None if payload.dtype is None else str(payload.dtype),
+                    dtype=None if payload.dtype is None else _dtype_name(payload.dtype),
                     shape=payload.shape,
                 )
             )
         return fmt.Header(self.options.to_dict(), self._protocol, tuple(streams), tuple(self._external))
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_name(dtype: np.dtype) -> str:
+    return str(dtype)  # slow for structured dtypes, and many arrays share one
 
 
 class Pickler(_RecordPickler, pickle.Pickler):

@@ -120,6 +120,8 @@ def write_record(
     index = fmt.FrameIndex()
     digests: list[bytes] = []
     sign = key is not None
+    threads = options.threads
+    cparams_by_itemsize: dict[int, dict] = {}
 
     def compress(job: tuple[int, Any, dict]) -> tuple[bytes, int, bytes | None]:
         frame, piece, cparams = job
@@ -133,11 +135,13 @@ def write_record(
         if info.raw:
             frames = [_write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), sign)] if info.nbytes else []
         else:
-            cparams = options.blosc2_cparams(info.itemsize)
+            cparams = cparams_by_itemsize.get(info.itemsize) or cparams_by_itemsize.setdefault(
+                info.itemsize, options.blosc2_cparams(info.itemsize)
+            )
             jobs = ((frame, piece, cparams) for frame, piece in enumerate(payload.chunks(info.chunk_size), start=len(index)))
             frames = (
                 _write_frame(out, packed, checksum, digest)
-                for packed, checksum, digest in map_ordered(compress, jobs, info.nchunks, options.threads)
+                for packed, checksum, digest in map_ordered(compress, jobs, info.nchunks, threads)
             )
         for offset, csize, checksum, digest in frames:
             index.add(offset, csize, checksum)
@@ -477,7 +481,7 @@ def unpack_chunk(packed: Any, stored: int, seed: int, nbytes: int, dst: memoryvi
         raise CorruptError(f"{what} at offset {offset} holds {declared} bytes in {cbytes}, expected {nbytes} in {len(packed)}")
     if dst is not None:
         try:
-            blosc2.decompress2(packed, dst=dst)
+            blosc2.decompress2(packed, dst=dst, nthreads=1)  # the default spawns a thread pool per call
         except Exception as exc:
             raise CorruptError(f"Blosc2 could not decompress {what} at offset {offset}: {exc}") from None
 

@@ -46,10 +46,10 @@ def test_pickle_globals_reads_every_protocol(protocol):
 
 def test_inspect_reads_file_objects_and_leaves_them_after_the_record():
     out = io.BytesIO()
-    blpickle.dump(np.arange(10), out)
+    blpickle.dump(np.arange(10_000), out)
     blpickle.dump("second", out)
     out.seek(0)
-    assert blpickle.inspect(out).buffers[0].shape == (10,)
+    assert blpickle.inspect(out).buffers[0].shape == (10_000,)
     assert blpickle.load(out) == "second"
 
 

@@ -59,13 +59,13 @@ def test_every_dtype_and_layout_round_trips(dtype):
 
 @pytest.mark.parametrize("dtype", ["f8", "i2", [("a", "<i4"), ("b", ">f8")], "U4"], ids=str)
 def test_strided_views_go_out_of_band_in_many_chunks(dtype, small_chunks):
-    base = np.arange(40_000).astype(np.dtype(dtype) if np.dtype(dtype).fields is None else "i8")
-    if np.dtype(dtype).fields is not None:
-        base = np.zeros(40_000, dtype=dtype)
-        base["a"] = np.arange(40_000)
-    elif np.dtype(dtype).kind == "U":
-        base = base.astype("U4")
-    view = base.reshape(200, 200)[::-3, 1::2]
+    dtype = np.dtype(dtype)
+    base = np.zeros(1_000_000, dtype=dtype)
+    if dtype.fields is not None:
+        base["a"] = np.arange(base.size)
+    else:
+        base[:] = np.arange(base.size).astype(dtype)
+    view = base.reshape(1000, 1000)[::-3, 1::2]
     data = blpickle.dumps(view, **small_chunks)
     reader = RecordReader(MemorySource(data), nthreads=1)
     (buffer,) = reader.header.streams[1:]
@@ -76,7 +76,7 @@ def test_strided_views_go_out_of_band_in_many_chunks(dtype, small_chunks):
 
 def test_typesize_follows_the_element_size():
     for dtype, typesize in [("f4", 4), ("i2", 2), ("f8", 8), ("U3", 4), ("S5", 5), ("c16", 16)]:
-        reader = RecordReader(MemorySource(blpickle.dumps(np.zeros(10, dtype))), nthreads=1)
+        reader = RecordReader(MemorySource(blpickle.dumps(np.zeros(100_000, dtype))), nthreads=1)
         assert reader.header.streams[1].itemsize == typesize, dtype
 
 
@@ -103,8 +103,19 @@ def test_object_arrays_keep_their_inner_buffers_out_of_band():
     assert loaded[2]["k"] is loaded[0]
 
 
+def test_small_buffers_stay_in_band_and_load_writable():
+    small = {"ro": np.frombuffer(b"x" * 1000, np.uint8), "f": np.asfortranarray(np.ones((10, 20))), "v": np.arange(500)[::3]}
+    data = blpickle.dumps(small)
+    assert blpickle.inspect(data).buffers == ()
+    for key, array in small.items():
+        assert_same_array(array, blpickle.loads(data)[key])
+    limit = blpickle.pickler.INBAND_LIMIT
+    sizes = [b.nbytes for b in blpickle.inspect(blpickle.dumps([np.zeros(limit - 1, "u1"), np.zeros(limit, "u1")])).buffers]
+    assert sizes == [limit]
+
+
 def test_shared_and_recursive_references_keep_identity():
-    array = np.arange(1000.0)
+    array = np.arange(10_000.0)
     obj = {"a": array, "b": array, "list": []}
     obj["list"].append(obj)
     loaded = roundtrip(obj)
@@ -344,11 +355,11 @@ def test_raw_records_are_aligned_and_memory_mappable(tmp_file):
 
 
 def test_mmap_mode_r_plus_writes_through_to_the_file(tmp_file):
-    blpickle.dump({"a": np.zeros(1000)}, tmp_file, codec=None)
+    blpickle.dump({"a": np.zeros(100_000)}, tmp_file, codec=None)
     loaded = blpickle.load(tmp_file, mmap_mode="r+")
     loaded["a"][:] = 7
     del loaded
-    np.testing.assert_array_equal(blpickle.load(tmp_file, mmap_mode="r")["a"], np.full(1000, 7.0))
+    np.testing.assert_array_equal(blpickle.load(tmp_file, mmap_mode="r")["a"], np.full(100_000, 7.0))
     # the data no longer matches the checksum written with it: a verifying load says so
     with pytest.raises(blpickle.ChecksumError):
         blpickle.load(tmp_file)
@@ -359,7 +370,7 @@ def test_records_in_a_regular_file_load_one_after_the_other(tmp_file):
         f.write(b"junk")
         blpickle.dump(np.arange(10), f)
         pickle.dump("plain", f)
-        blpickle.dump(np.arange(5.0), f, codec=None)
+        blpickle.dump(np.arange(50_000.0), f, codec=None)
         f.write(b"tail")
     with open(tmp_file, "rb") as f:
         assert f.read(4) == b"junk"
@@ -367,7 +378,7 @@ def test_records_in_a_regular_file_load_one_after_the_other(tmp_file):
         assert blpickle.load(f) == "plain"
         loaded = blpickle.load(f, mmap_mode="r")
         assert _maps_the_file(loaded) and not loaded.flags.writeable
-        np.testing.assert_array_equal(loaded, np.arange(5.0))
+        np.testing.assert_array_equal(loaded, np.arange(50_000.0))
         assert f.read() == b"tail"
 
 
