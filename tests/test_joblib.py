@@ -616,6 +616,8 @@ def test_specific_damage_gives_specific_errors():
     first = bj.HEADER.size + 8  # the first frame
     _nbytes, csize = bj.FRAME.unpack_from(stream, first)
     with pytest.raises(blpickle.ChecksumError, match="the stream header"):
+        _loads(bytes(stream[:9]) + b"\x07" + bytes(stream[10:]))  # the minor version byte
+    with pytest.raises(blpickle.UnsupportedVersionError):
         _loads(bytes(stream[:8]) + b"\x07" + bytes(stream[9:]))  # the major version byte
     cases = {
         "payload": (first + 16 + csize // 2, blpickle.ChecksumError, "chunk 0"),
@@ -773,21 +775,23 @@ def test_memory_backend_options_override_compress(tmp_path):
 
 @pytest.mark.parametrize("mmap_mode", ["r", "c", "r+", "w+"])
 def test_memory_mmap_mode_maps_raw_results(tmp_path, mmap_mode):
+    n = 20_000  # arrays of 160 and 120 KB: out of band (blpickle keeps tiny buffers in band)
     memory = Memory(tmp_path, backend="blpickle", mmap_mode=mmap_mode, verbose=0)
     cached = memory.cache(_make_arrays)
-    for result in (cached(5000), cached(5000)):  # joblib maps the result at the first call too
-        _check_arrays(result, 5000)
+    for result in (cached(n), cached(n)):  # joblib maps the result at the first call too
+        _check_arrays(result, n)
         for name in ("x", "y"):
             array = result[name]
             assert isinstance(array, np.memmap)
             assert array.mode == ("r+" if mmap_mode == "w+" else mmap_mode)
             assert array.filename == os.path.abspath(_output_files(memory)[0])
+            assert array.offset % 64 == 0  # raw buffers are 64-byte aligned in the file
             assert array.flags.writeable == (mmap_mode != "r")
     if mmap_mode != "r":
-        result["x"][0] = 42.0
+        result["x"][1] = 42.0
     del result, array
-    reloaded = cached(5000)["x"][0]
-    assert reloaded == (42.0 if mmap_mode in ("r+", "w+") else 0.0)
+    reloaded = cached(n)["x"][1]
+    assert reloaded == (42.0 if mmap_mode in ("r+", "w+") else 0.5)
 
 
 def test_memory_mmap_mode_with_a_codec_warns(tmp_path):
@@ -1002,7 +1006,15 @@ def test_joblibs_numpy_pickle_tests_pass_with_blosc_registered(tmp_path):
 @pytest.mark.slow
 def test_joblibs_memory_tests_pass_with_the_blpickle_store(tmp_path):
     modules = ["joblib.test.test_memory", "joblib.test.test_store_backends"]
-    output = _run_joblib_tests(tmp_path, modules, True)
+    deselect = []
+    if getattr(blpickle.pickler, "INBAND_LIMIT", 0) > 0:
+        # These two expect np.ones(3) back as a numpy.memmap: blpickle keeps buffers under
+        # INBAND_LIMIT in the pickle stream, so tiny arrays load as ordinary arrays (mapping
+        # of larger ones is tested above). Needs a blpickle option to put every array out of
+        # band; see docs/joblib.md.
+        tests = ("test_memory_numpy_check_mmap_mode", "test_memorized_result_forwards_mmap_mode")
+        deselect = ["-k", " and ".join(f"not {name}" for name in tests)]
+    output = _run_joblib_tests(tmp_path, modules, True, *deselect)
     counts = next(line for line in output.splitlines() if line.startswith("BLPICKLE-CALLS")).split()
     assert int(counts[1]) > 50, counts  # the tests went through our store
     assert int(counts[2]) > 20, counts

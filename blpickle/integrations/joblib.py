@@ -6,7 +6,7 @@ Importing this module (``import blpickle`` does it when joblib is installed) reg
   ``compress=("blosc", level)``, files named ``*.blosc``, ``joblib.Memory(..., compress="blosc")``;
   ``joblib.load`` recognises the files by their first byte. joblib hands a compressor an opaque
   byte stream, so :class:`BloscFile` cuts it into chunks, picks the shuffle element size of each
-  chunk by trying 1, 2, 4 and 8 bytes on a sample, and compresses the chunks with Blosc2 in a
+  chunk by trying 1, 2, 4, 8 and 16 bytes on a sample, and compresses the chunks with Blosc2 in a
   thread pool while another thread writes. Every chunk carries a checksum checked before Blosc2
   sees it. The byte layout is specified in ``docs/joblib.md``.
 - the store backend ``"blpickle"``: ``joblib.Memory(location, backend="blpickle")`` writes cached
@@ -412,16 +412,17 @@ class BloscFile(io.RawIOBase):
 
     def _start_reading(self) -> None:
         self._source = FileSource(self._file)
-        head = self._source.read(HEADER.size, "the stream header")
-        magic, major, minor, _flags, chunk_size = HEADER.unpack(head)  # no flags defined yet
+        magic = self._source.read(len(MAGIC), "the magic bytes")
         if magic != MAGIC:
             raise StreamMagicError(magic)
+        head = magic + self._source.read(HEADER.size - len(MAGIC), "the stream header")
+        _, major, minor, _flags, chunk_size = HEADER.unpack(head)  # no flags are defined yet
+        if major != VERSION_MAJOR:  # before anything else: a new major may change the rest
+            raise UnsupportedVersionError(major, minor, VERSION_MAJOR)
         stored = U64.unpack(self._source.read(U64.size, "the header checksum"))[0]
         computed = fmt.checksum(head)
         if stored != computed:
             raise ChecksumError("the stream header", 0, stored, computed)
-        if major != VERSION_MAJOR:
-            raise UnsupportedVersionError(major, minor, VERSION_MAJOR)
         if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE or chunk_size % CHUNK_MULTIPLE:
             raise LimitError(
                 f"the stream header declares chunks of {chunk_size} bytes, expected a multiple of "
@@ -433,6 +434,7 @@ class BloscFile(io.RawIOBase):
         self._offset = 0
         self._eof = False
         self._spare_chunks: list[np.ndarray] = []  # read chunks, already paged in, for reuse
+        self._spare_packed: queue.Queue[np.ndarray] = queue.Queue(maxsize=2)  # compressed ones
         self._results = map_ordered(self._decompress, self._frames(), _UNKNOWN_COUNT, self._threads)
 
     def _frames(self) -> Iterator[tuple]:
@@ -462,7 +464,8 @@ class BloscFile(io.RawIOBase):
                     f"{what} at offset {offset} declares {csize} compressed bytes "
                     f"for {nbytes} bytes of data"
                 )
-            packed = source.read(csize, what)
+            packed = self._packed_buffer()
+            source.readinto(memoryview(packed)[:csize], what)
             stored = U64.unpack(source.read(U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, index)
             dst = (
@@ -470,7 +473,16 @@ class BloscFile(io.RawIOBase):
                 if nbytes == self._chunk_size and self._spare_chunks
                 else np.empty(nbytes, dtype=np.uint8)
             )
-            yield packed, stored, seed, nbytes, memoryview(dst), what, offset
+            yield (
+                packed,
+                memoryview(packed)[:csize],
+                stored,
+                seed,
+                nbytes,
+                memoryview(dst),
+                what,
+                offset,
+            )
             index += 1
             total += nbytes
             short = nbytes < self._chunk_size
@@ -490,10 +502,19 @@ class BloscFile(io.RawIOBase):
                 f"{declared_total} bytes; the stream holds {nchunks} chunks and {total} bytes"
             )
 
-    @staticmethod
-    def _decompress(job: tuple) -> memoryview:
-        unpack_chunk(*job)  # checksum, then the sizes in the chunk header, then decompress2
-        return job[4]
+    def _packed_buffer(self) -> np.ndarray:
+        """Return a buffer for a compressed chunk: a recycled one (paged in) or a new one."""
+        try:
+            return self._spare_packed.get_nowait()
+        except queue.Empty:
+            return np.empty(self._chunk_size + fmt.BLOSC2_MAX_OVERHEAD, dtype=np.uint8)
+
+    def _decompress(self, job: tuple) -> memoryview:
+        buffer, *chunk = job
+        unpack_chunk(*chunk)  # checksum, then the sizes in the chunk header, then decompress2
+        with contextlib.suppress(queue.Full):
+            self._spare_packed.put_nowait(buffer)
+        return chunk[4]
 
     def _next_chunk(self) -> bool:
         done = self._current.obj
