@@ -83,10 +83,16 @@ class RecordInfo:
         return out
 
 
-def inspect(file: BinaryIO | str | bytes | Any, *, key: bytes | None = None, nthreads: int | None = None) -> RecordInfo:
+def inspect(
+    file: BinaryIO | str | bytes | Any, *, verify: bool = True, key: bytes | None = None, nthreads: int | None = None
+) -> RecordInfo:
     """Describe the record in ``file`` (a path, a binary file object or a bytes-like object)
-    without unpickling it. Only the object graph's pickle is decompressed; every checksum
-    of the record, and its signature when a ``key`` is given, is checked on the way.
+    without unpickling it. Only the object graph's pickle is decompressed.
+
+    With ``verify`` (the default) every checksum of the record, and its signature when a
+    ``key`` is given, is checked on the way. ``verify=False`` reads only the header, the
+    pickle and the trailer (found from the end of a file or bytes object), however large
+    the buffers are; it falls back to reading the record through on a stream.
 
     Raises:
         blpickle.BadMagicError: when the input is not a blpickle record.
@@ -98,11 +104,13 @@ def inspect(file: BinaryIO | str | bytes | Any, *, key: bytes | None = None, nth
         source = _open(file, stack)
         reader = RecordReader(source, nthreads or available_threads(), key=key)
         graph = reader.read_stream()
-        for _ in reader.header.streams[1:]:
-            reader.skip_stream()
-        reader.finish()
+        index = None if verify or key is not None else reader.index_from_end()
+        if index is None:
+            for _ in reader.header.streams[1:]:
+                reader.skip_stream()
+            index = reader.finish()
         header = reader.header
-        stored = _stored_sizes(header.streams, reader.index.csizes)
+        stored = _stored_sizes(header.streams, index.csizes)
         buffers = tuple(
             BufferInfo(s.nbytes, size, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape)
             for s, size in zip(header.streams[1:], stored[1:])

@@ -198,6 +198,10 @@ class Source:
         """Return the next ``size`` bytes as an array sharing a memory map, or None."""
         return None
 
+    def size(self) -> int | None:
+        """Bytes from the record start to the end of the data, if known (random access)."""
+        return None
+
 
 class MemorySource(Source):
     """Reads from an in-memory bytes-like object (or a memory map) without copying.
@@ -226,6 +230,13 @@ class MemorySource(Source):
 
     def map(self, size: int, what: str) -> np.ndarray | None:
         return np.frombuffer(self.read(size, what), dtype=np.uint8) if self._mapped else None
+
+    def size(self) -> int:
+        return len(self._view)
+
+    def read_at(self, offset: int, size: int) -> memoryview:
+        """Return ``size`` bytes at ``offset`` (from the record start) without moving."""
+        return self._view[offset : offset + size]
 
     def release(self) -> None:
         """Drop the view of the data (so that a memory map can be closed)."""
@@ -381,6 +392,28 @@ class RecordReader:
             expected = fmt.signature(self._key, self._head, self._digests)
             if index.signature is None or not hmac.compare_digest(index.signature, expected):
                 raise SignatureError("the record's signature does not match: wrong key, or the record was altered")
+        return index
+
+    def index_from_end(self) -> fmt.FrameIndex | None:
+        """Return the record's frame index read from the end of the source, without reading
+        the frames (random access), then stand after the record. Return None when the source
+        cannot seek, or when what ends it is not this record's footer and trailer.
+
+        Raises:
+            LimitError, CorruptError: for a footer of this record with bad contents.
+        """
+        end = self._source.size()
+        if end is None or end - self._source.pos < fmt.U64.size + fmt.FOOTER.size:
+            return None
+        size, stored, end_magic = fmt.FOOTER.unpack(self._source.read_at(end - fmt.FOOTER.size, fmt.FOOTER.size))
+        start = end - fmt.FOOTER.size - size
+        if end_magic != fmt.END_MAGIC or size > fmt.MAX_TRAILER_SIZE or start - fmt.U64.size < self._source.pos:
+            return None
+        trailer = bytes(self._source.read_at(start, size))
+        if fmt.checksum(trailer, self._header_checksum) != stored:
+            return None  # another record's footer (the checksum is seeded with our header's)
+        index = fmt.FrameIndex.decode(trailer, fmt.total_frames(self.header.streams))
+        self._source.pos = end
         return index
 
     def _next(self) -> tuple[int, fmt.StreamInfo]:

@@ -69,3 +69,21 @@ def test_inspect_checks_the_signature_with_a_key():
         blpickle.inspect(data, key=b"other")
     with pytest.raises(blpickle.SignatureError, match="not signed"):
         blpickle.inspect(blpickle.dumps(1), key=b"k")
+
+
+def test_inspect_without_verify_jumps_to_the_trailer(tmp_path):
+    path = tmp_path / "x.blp"
+    obj = [np.arange(2_000_000), np.random.default_rng(0).random(300_000)]
+    blpickle.dump(obj, path, chunk_size=1 << 20)
+    full = blpickle.inspect(path)
+    quick = blpickle.inspect(path, verify=False)
+    assert quick == full
+    damaged = bytearray(path.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # inside a buffer chunk: only a verifying read sees it
+    assert blpickle.inspect(bytes(damaged), verify=False).buffers == full.buffers
+    with pytest.raises(blpickle.ChecksumError):
+        blpickle.inspect(bytes(damaged))
+    out = io.BytesIO()  # two records: the end of the data is not the first record's end
+    blpickle.dump(obj, out, chunk_size=1 << 20)
+    blpickle.dump("next", out)
+    assert blpickle.inspect(out.getvalue(), verify=False).buffers == full.buffers
