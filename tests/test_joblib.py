@@ -64,10 +64,11 @@ def _loads(data: bytes):
     return joblib.load(io.BytesIO(data))
 
 
-def _stream(data: bytes, **options) -> bytes:
+def _stream(data: bytes, try_bitshuffle: bool = True, **options) -> bytes:
     """A raw BloscFile stream holding ``data`` (written in pieces of 1000 bytes)."""
     out = io.BytesIO()
-    with bj.BloscFile(out, "wb", options=blpickle.Options(**options)) as file:
+    options = blpickle.Options(**options)
+    with bj.BloscFile(out, "wb", options=options, try_bitshuffle=try_bitshuffle) as file:
         for start in range(0, len(data), 1000):
             file.write(data[start : start + 1000])
     return out.getvalue()
@@ -385,10 +386,30 @@ def test_the_element_size_is_recovered_from_the_bytes(dtype, expected):
     options = blpickle.Options()
     assert bj.pick_typesize(array.view(np.uint8), options) == expected
     assert bj.pick_typesize(array.view(np.uint8), options.replace(shuffle="noshuffle")) == 1
-    stream = _stream(array.tobytes(), chunk_size=1 << 16)
+    stream = _stream(array.tobytes(), try_bitshuffle=False, chunk_size=1 << 16)
     frames = _frames(stream)
     assert len(frames) == array.nbytes // (1 << 16)
     assert {chunk[3] for _, chunk in frames} == {expected}  # byte 3 of a Blosc2 chunk: typesize
+    assert _filters(stream) == {1}  # byte shuffle
+
+
+def _filters(stream: bytes) -> set[int]:
+    """The first filter of every chunk (Blosc2 extended header byte 16: 1 shuffle, 2 bitshuffle)."""
+    return {chunk[16] for _, chunk in _frames(stream)}
+
+
+def test_bit_shuffle_is_used_where_it_wins_clearly():
+    n, rng = 1 << 20, np.random.default_rng(0)
+    signal = np.sin(np.arange(n) * (2 * np.pi / 1000)) + rng.normal(0, 0.1, n)
+    int16 = (signal * 3000).astype("<i2").tobytes()  # bit shuffle: 6% smaller, faster
+    float64 = signal.astype("<f8").tobytes()  # bit shuffle: larger and slower
+    assert _filters(_stream(int16, chunk_size=1 << 18)) == {2}
+    assert _filters(_stream(float64, chunk_size=1 << 18)) == {1}
+    byte_shuffled = _stream(int16, try_bitshuffle=False, chunk_size=1 << 18)
+    assert _filters(byte_shuffled) == {1}
+    assert len(byte_shuffled) > len(_stream(int16, chunk_size=1 << 18)) * 1.03
+    bits = blpickle.Options(shuffle="bitshuffle", chunk_size=1 << 18)
+    assert _filters(_stream(float64, **bits.to_dict())) == {2}  # as asked, never byte shuffle
 
 
 @pytest.mark.parametrize("dtype", ["<f4", "<f8", "<i2"])
@@ -489,10 +510,10 @@ def test_write_errors_surface_and_nothing_hangs():
 
 
 def test_compression_errors_surface(monkeypatch):
-    def broken(chunk, options):
+    def broken(chunk, options, alternatives):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(bj, "pick_typesize", broken)
+    monkeypatch.setattr(bj, "pick_filters", broken)
     with pytest.raises(blpickle.DumpError, match="could not compress chunk"):
         _dumps(np.zeros(3_000_000))
 
