@@ -565,6 +565,26 @@ def test_memory_stays_within_a_few_chunks():
     assert _traced_peak(read) < 16 * chunk
 
 
+def test_joblib_dump_and_load_memory_does_not_grow_with_the_array():
+    peaks = {}
+    for mb in (64, 256):
+        array = np.random.default_rng(0).random(mb * (1 << 20) // 8)
+        dump_peak = _traced_peak(
+            lambda array=array: joblib.dump(array, _CountingSink(), compress="blosc")
+        )
+        data = _dumps(array)
+        loaded = []
+        load_peak = _traced_peak(lambda data=data, loaded=loaded: loaded.append(_loads(data)))
+        assert np.array_equal(loaded.pop(), array)
+        peaks[mb] = (dump_peak, load_peak - array.nbytes)
+        del array, data
+    (dump_64, load_64), (dump_256, load_256) = peaks[64], peaks[256]
+    assert dump_256 < 80 << 20  # joblib's 16 MiB pieces plus a few 4 MiB chunks
+    assert load_256 < 48 << 20
+    assert dump_256 < dump_64 + (8 << 20)
+    assert load_256 < load_64 + (8 << 20)
+
+
 # --------------------------------------------------------------------------------------------
 # Damaged input
 
