@@ -104,7 +104,7 @@ def decode_preamble(data: bytes) -> tuple[int, int, int]:
 
 @dataclasses.dataclass(frozen=True)
 class StreamInfo:
-    """One stream of a record: the pickle (stream 0) or an out-of-band buffer.
+    """One stream of a record: the pickle (stream 0), an out-of-band buffer, or a splice.
 
     Attributes:
         nbytes: decompressed size.
@@ -113,6 +113,8 @@ class StreamInfo:
         raw: stored uncompressed as one aligned frame instead of Blosc2 chunks.
         dtype: numpy dtype string of the array it holds, if any (informational).
         shape: shape of that array (informational).
+        splice: for a large bytes, bytearray or str payload the pickler wrote in band: the
+            offset in the pickle stream where its bytes belong. None for out-of-band buffers.
     """
 
     nbytes: int
@@ -121,6 +123,7 @@ class StreamInfo:
     raw: bool = False
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
+    splice: int | None = None
 
     @property
     def nchunks(self) -> int:
@@ -141,6 +144,8 @@ class StreamInfo:
             out["dtype"] = self.dtype
         if self.shape is not None:
             out["shape"] = list(self.shape)
+        if self.splice is not None:
+            out["splice"] = self.splice
         return out
 
 
@@ -193,7 +198,11 @@ class Header:
             raise CorruptError("header: 'external' must list non-negative integers")
         if sorted(set(external)) != external:
             raise CorruptError("header: 'external' must be sorted and without repeats")
-        return cls(options, protocol, tuple(_decode_stream(s, i) for i, s in enumerate(streams)), tuple(external))
+        decoded = tuple(_decode_stream(s, i) for i, s in enumerate(streams))
+        splices = [s.splice for s in decoded[1:] if s.splice is not None]
+        if decoded[0].splice is not None or splices != sorted(splices) or any(p > decoded[0].nbytes for p in splices):
+            raise CorruptError("header: splice offsets must be ascending and within the pickle stream")
+        return cls(options, protocol, decoded, tuple(external))
 
 
 def _decode_stream(doc: Any, index: int) -> StreamInfo:
@@ -220,7 +229,10 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
         ):
             raise CorruptError(f"{where}: shape must be a list of at most {MAX_NDIM} sizes")
         shape = tuple(shape)
-    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape)
+    splice = doc.get("splice")
+    if splice is not None and (not isinstance(splice, int) or isinstance(splice, bool) or splice < 0):
+        raise CorruptError(f"{where}: splice must be a non-negative offset")
+    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice)
 
 
 @dataclasses.dataclass

@@ -5,9 +5,11 @@ from __future__ import annotations
 import copyreg
 import dataclasses
 import io
+import pickle
 import pickletools
 from collections import deque
 from contextlib import ExitStack
+from collections.abc import Iterable
 from typing import Any, BinaryIO
 
 from . import format as fmt
@@ -21,7 +23,8 @@ __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
 
 @dataclasses.dataclass(frozen=True)
 class BufferInfo:
-    """One out-of-band buffer of a record."""
+    """One out-of-band buffer of a record (``splice`` is set for a large bytes, bytearray or
+    str payload stored apart from the pickle: its offset in the pickle)."""
 
     nbytes: int
     stored: int
@@ -30,6 +33,7 @@ class BufferInfo:
     raw: bool
     dtype: str | None
     shape: tuple[int, ...] | None
+    splice: int | None = None
 
     @property
     def ratio(self) -> float:
@@ -112,7 +116,7 @@ def inspect(
         header = reader.header
         stored = _stored_sizes(header.streams, index.csizes)
         buffers = tuple(
-            BufferInfo(s.nbytes, size, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape)
+            BufferInfo(s.nbytes, size, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape, s.splice)
             for s, size in zip(header.streams[1:], stored[1:])
         )
         return RecordInfo(
@@ -124,7 +128,7 @@ def inspect(
             pickle_stored=stored[0],
             buffers=buffers,
             external=len(header.external),
-            globals=pickle_globals(graph),
+            globals=pickle_globals(graph, ((s.splice, s.nbytes) for s in header.streams if s.splice is not None)),
             size=source.pos,
         )
 
@@ -158,13 +162,19 @@ _EXT_OPS = {"EXT1", "EXT2", "EXT4"}
 _NO_PUSH_OPS = {"FRAME", "PROTO", "MEMOIZE", *_PUT_OPS}
 
 
-def pickle_globals(data: Any) -> tuple[str, ...]:
+def pickle_globals(data: Any, splices: Iterable[tuple[int, int]] = ()) -> tuple[str, ...]:
     """Return every ``module.name`` a pickle would import, in order of first use, read from
-    its opcodes without running it.
+    its opcodes without running it. ``splices`` lists the ``(offset, size)`` of payloads
+    stored apart, each right after its opcode and size: they are read as empty.
 
     Raises:
         CorruptError: when the data is not a valid pickle.
     """
+    splices = list(splices)
+    if splices:
+        data = bytearray(data)
+        for offset, size in splices:
+            _empty_payload(data, offset, size)
     found: dict[str, None] = {}
     memo: dict[int, Any] = {}
     pushed: deque[Any] = deque([None, None], maxlen=2)  # the last two values pushed
@@ -189,3 +199,18 @@ def pickle_globals(data: Any) -> tuple[str, ...]:
     except ValueError as exc:
         raise CorruptError(f"the object graph is not a valid pickle: {exc}") from None
     return tuple(found)
+
+
+_SIZE_FIELDS = {
+    pickle.BINBYTES8[0]: 8, pickle.BINUNICODE8[0]: 8, pickle.BYTEARRAY8[0]: 8, pickle.BINBYTES[0]: 4, pickle.BINUNICODE[0]: 4,
+}
+
+
+def _empty_payload(data: bytearray, offset: int, size: int) -> None:
+    """Set to 0 the size field of the payload opcode that ends at ``offset``."""
+    for width in (8, 4):
+        start = offset - width - 1
+        if start >= 0 and _SIZE_FIELDS.get(data[start]) == width and int.from_bytes(data[start + 1 : offset], "little") == size:
+            data[start + 1 : offset] = bytes(width)
+            return
+    raise CorruptError(f"no payload opcode of {size} bytes ends at offset {offset} of the pickle")

@@ -29,7 +29,7 @@ from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, Optio
 from .files import atomic_write, is_path
 from .options import Options, resolve_options
 from .safe import Policy
-from .stream import FileSource, MemorySource, RecordReader, Source, map_file, write_record
+from .stream import FileSource, MemorySource, RecordReader, Source, SplicedPickle, map_file, write_record
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -51,11 +51,36 @@ BufferCallback = Callable[[PickleBuffer], Any]
 #: Buffers smaller than this stay in the pickle stream (compressed with it): a stream of its
 #: own costs more (header entry, Blosc2 call, checksum) than copying them.
 INBAND_LIMIT = 64 << 10
+#: Payloads the pickler writes in band (bytes, bytearray, str) from this size are spliced out.
+#: Frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
+SPLICE_LIMIT = 1 << 20
 #: What the C unpickler raises for a malformed stream. In a record the stream passed its
 #: checksum, so these mean a forged or damaged record: they become CorruptErrors. (Errors
 #: of the objects being rebuilt, a missing module or class, pass through unchanged.)
 _MALFORMED_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, struct.error, IndexError, KeyError, OverflowError)
 MMAP_MODES = (None, "r", "r+", "c")
+
+
+class _Graph:
+    """Where the C pickler writes: small writes go to memory; at protocol 4 and up, the large
+    bytes, bytearray and str payloads it writes on their own (never inside a frame) are kept
+    by reference, to be stored as streams of their own and spliced back in on load."""
+
+    def __init__(self, streams: list[tuple[Payload, int | None]], splice: bool) -> None:
+        self.memory = io.BytesIO()
+        self._streams = streams  # shared with the pickler: streams in the order the pickle uses them
+        self._splice = splice
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if self._splice and view.nbytes >= SPLICE_LIMIT:
+            self._streams.append((Payload(view, None, 1), self.memory.tell()))
+            return view.nbytes
+        return self.memory.write(view)
+
+    def reset(self) -> None:
+        self.memory.seek(0)
+        self.memory.truncate()
 
 
 class _RecordPickler:
@@ -81,7 +106,8 @@ class _RecordPickler:
         self._protocol = DEFAULT_PROTOCOL if protocol is None else protocol
         if self._protocol < 0:
             self._protocol = HIGHEST_PROTOCOL
-        self._graph = io.BytesIO()
+        self._streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset)
+        self._graph = _Graph(self._streams, splice=self._protocol >= 4)
         self._user_callback = buffer_callback
         self.dispatch_table = self._dispatch_table()
         callback = self._take_buffer if self._protocol >= 5 else buffer_callback
@@ -93,14 +119,14 @@ class _RecordPickler:
 
     _kind = "pickle"
 
-    def _init_pickler(self, graph: io.BytesIO, protocol: int, fix_imports: bool, callback: Any) -> None:
+    def _init_pickler(self, graph: _Graph, protocol: int, fix_imports: bool, callback: Any) -> None:
         pickle.Pickler.__init__(self, graph, protocol, fix_imports=fix_imports, buffer_callback=callback)
 
     def _dispatch_table(self) -> Any:
         return {**copyreg.dispatch_table, np.ndarray: self._reduce_ndarray, np.memmap: self._reduce_ndarray}
 
     def _reset(self) -> None:
-        self._payloads: list[Payload] = []
+        self._streams.clear()
         self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray]] = {}
         self._external: list[int] = []
         self._slots = 0
@@ -125,7 +151,7 @@ class _RecordPickler:
     def _take_buffer(self, buffer: PickleBuffer) -> bool:
         taken = self._placeholders.pop(id(buffer), None)
         if taken is not None:
-            self._payloads.append(Payload.from_array(taken[1]))
+            self._streams.append((Payload.from_array(taken[1]), None))
         elif self._user_callback is not None:
             if self._user_callback(buffer):
                 return True  # the caller wants it in band
@@ -133,7 +159,7 @@ class _RecordPickler:
         elif buffer.raw().nbytes < INBAND_LIMIT:
             return True
         else:
-            self._payloads.append(Payload.from_picklebuffer(buffer))
+            self._streams.append((Payload.from_picklebuffer(buffer), None))
         self._slots += 1
         return False
 
@@ -145,29 +171,29 @@ class _RecordPickler:
         """
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
-        self._graph.seek(0)
-        self._graph.truncate()
+        self._graph.reset()
         self._reset()
         self.clear_memo()
         try:
             super().dump(obj)
-            graph = self._graph.getbuffer()
+            graph = self._graph.memory.getbuffer()
             try:
-                payloads = [Payload(graph, None, 1), *self._payloads]
-                write_record(self._file, self._header(payloads), payloads, self.options, self._key)
+                streams = [(Payload(graph, None, 1), None), *self._streams]
+                payloads = [payload for payload, _ in streams]
+                write_record(self._file, self._header(streams), payloads, self.options, self._key)
             finally:
-                del payloads
+                del streams, payloads
                 graph.release()
         finally:
             self._reset()
 
-    def _header(self, payloads: list[Payload]) -> fmt.Header:
+    def _header(self, streams: list[tuple[Payload, int | None]]) -> fmt.Header:
         raw = self.options.codec is None
-        streams = []
-        for payload in payloads:
+        infos = []
+        for payload, splice in streams:
             multiple = payload.chunk_multiple
             chunk_size = max(self.options.chunk_size // multiple * multiple, multiple)
-            streams.append(
+            infos.append(
                 fmt.StreamInfo(
                     nbytes=payload.nbytes,
                     chunk_size=max(payload.nbytes, 1) if raw else chunk_size,
@@ -175,9 +201,10 @@ class _RecordPickler:
                     raw=raw,
                     dtype=None if payload.dtype is None else _dtype_name(payload.dtype),
                     shape=payload.shape,
+                    splice=splice,
                 )
             )
-        return fmt.Header(self.options.to_dict(), self._protocol, tuple(streams), tuple(self._external))
+        return fmt.Header(self.options.to_dict(), self._protocol, tuple(infos), tuple(self._external))
 
 
 @functools.lru_cache(maxsize=256)
@@ -200,7 +227,7 @@ class CloudPickler(_RecordPickler, cloudpickle.Pickler):
 
     _kind = "cloudpickle"
 
-    def _init_pickler(self, graph: io.BytesIO, protocol: int, fix_imports: bool, callback: Any) -> None:
+    def _init_pickler(self, graph: _Graph, protocol: int, fix_imports: bool, callback: Any) -> None:
         cloudpickle.Pickler.__init__(self, graph, protocol, buffer_callback=callback)
 
     def _dispatch_table(self) -> Any:
@@ -319,19 +346,20 @@ class Unpickler(pickle.Unpickler):
         reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
         header = reader.header
         graph = reader.read_stream()
-        buffers: Iterable[Any] = reader.buffers()
         if self._key is not None:  # check the signature before unpickling anything
-            buffers = list(buffers)
+            reader.preload()
             reader.finish()
+        buffers: Iterable[Any] = reader.buffers()
         if header.external:
             if self._buffers is None:
                 raise LoadError(
                     f"this record uses {len(header.external)} out-of-band buffers kept by the "
                     "caller when it was written: pass them as buffers="
                 )
-            buffers = _merge_buffers(iter(buffers), iter(self._buffers), header.external)
+            buffers = _merge_buffers(buffers, iter(self._buffers), header.external)
         try:
-            obj = self._unpickle(io.BytesIO(graph), buffers)
+            spliced = any(stream.splice is not None for stream in header.streams)
+            obj = self._unpickle(SplicedPickle(graph, reader) if spliced else io.BytesIO(graph), buffers)
         except _MALFORMED_PICKLE as exc:
             if isinstance(exc, BlpickleError):
                 raise

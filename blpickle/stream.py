@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import mmap
 import os
 import threading
@@ -27,7 +28,17 @@ from .buffers import Payload
 from .errors import ChecksumError, CorruptError, DumpError, LimitError, SignatureError, TruncatedError
 from .options import Options
 
-__all__ = ["FileSource", "MemorySource", "RecordReader", "Source", "map_file", "map_ordered", "unpack_chunk", "write_record"]
+__all__ = [
+    "FileSource",
+    "MemorySource",
+    "RecordReader",
+    "Source",
+    "SplicedPickle",
+    "map_file",
+    "map_ordered",
+    "unpack_chunk",
+    "write_record",
+]
 
 blosc2.set_releasegil(True)
 
@@ -334,21 +345,45 @@ class RecordReader:
         self._nthreads = nthreads
         self._key = key
         self._digests: list[bytes] = []
-        self._next_stream = 0
+        self._next_stream = 0  # the next stream in the source
+        self._consumed = 0  # streams handed out by read_stream
+        self._preloaded: deque | None = None
         self.index = fmt.FrameIndex()
 
-    def read_stream(self) -> np.ndarray:
-        """Read the next stream and return it as a new writable uint8 array.
+    def read_stream(self, into: memoryview | None = None) -> np.ndarray | memoryview:
+        """Read the next stream into ``into`` (of its exact size) or into a new writable uint8
+        array, and return that.
 
         Raises:
             LoadError subclasses when a frame is damaged, truncated or inconsistent.
         """
+        info = self.next_stream()
+        if info is None:
+            raise CorruptError(f"the pickle asks for more out-of-band data than the record's {len(self.header.streams) - 1} streams")
+        if into is not None and into.nbytes != info.nbytes:
+            raise CorruptError(f"stream {self._consumed} holds {info.nbytes} bytes, the pickle expects {into.nbytes} there")
+        if self._preloaded is not None:
+            self._consumed += 1
+            data = self._preloaded.popleft()
+            if into is None:
+                return data
+            into.cast("B")[:] = memoryview(data).cast("B")
+            return into
         number, info = self._next()
         if info.raw:
-            return self._read_raw(info, number, keep=True)
-        out = _allocate(info.nbytes, number)
+            return self._read_raw(info, number, keep=True, into=into)
+        out = _allocate(info.nbytes, number) if into is None else into
         self._run(info, number, out)
         return out
+
+    def preload(self) -> None:
+        """Read every remaining stream now (so that :meth:`finish` can check the signature
+        before anything is unpickled); :meth:`read_stream` then serves them from memory."""
+        streams = []
+        while self._next_stream < len(self.header.streams):
+            streams.append(self.read_stream())
+        self._consumed -= len(streams)
+        self._preloaded = deque(streams)
 
     def skip_stream(self) -> None:
         """Read the next stream and check its checksums, without decompressing it."""
@@ -358,9 +393,17 @@ class RecordReader:
         else:
             self._run(info, number, None)
 
+    def next_stream(self) -> fmt.StreamInfo | None:
+        """Return the stream to be read next, or None after the last one."""
+        streams = self.header.streams
+        return streams[self._consumed] if self._consumed < len(streams) else None
+
     def buffers(self) -> Iterator[np.ndarray]:
-        """Yield the out-of-band buffers (streams 1..n) lazily, in order."""
-        while self._next_stream < len(self.header.streams):
+        """Yield the out-of-band buffers lazily, in order (splices are read by
+        :class:`SplicedPickle` where the pickle reaches them)."""
+        while (info := self.next_stream()) is not None:
+            if info.splice is not None:
+                raise CorruptError(f"stream {self._consumed} is a splice where the pickle expects an out-of-band buffer")
             yield self.read_stream()
 
     def finish(self) -> fmt.FrameIndex:
@@ -370,9 +413,8 @@ class RecordReader:
         Raises:
             CorruptError, ChecksumError, TruncatedError, LimitError, SignatureError.
         """
-        unread = len(self.header.streams) - self._next_stream
-        if unread:
-            raise CorruptError(f"the pickle used {self._next_stream - 1} out-of-band buffers, the record holds {len(self.header.streams) - 1}")
+        if self._next_stream < len(self.header.streams):
+            raise CorruptError(f"the pickle used {self._next_stream - 1} out-of-band streams, the record holds {len(self.header.streams) - 1}")
         source = self._source
         size = fmt.U64.unpack(source.read(fmt.U64.size, "the trailer size"))[0]
         if size > fmt.MAX_TRAILER_SIZE:
@@ -418,9 +460,8 @@ class RecordReader:
 
     def _next(self) -> tuple[int, fmt.StreamInfo]:
         number = self._next_stream
-        if number >= len(self.header.streams):
-            raise CorruptError(f"the pickle asks for more out-of-band buffers than the record's {len(self.header.streams) - 1}")
         self._next_stream += 1
+        self._consumed += 1
         return number, self.header.streams[number]
 
     def _frame_name(self, number: int, chunk: int) -> str:
@@ -447,13 +488,13 @@ class RecordReader:
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, len(self.index))
             self.index.add(offset, csize, stored)
-            dst = None if out is None else memoryview(out)[start:stop]
+            dst = None if out is None else memoryview(out).cast("B")[start:stop]
             yield packed, stored, seed, stop - start, dst, what, offset
 
-    def _read_raw(self, info: fmt.StreamInfo, number: int, keep: bool) -> np.ndarray:
+    def _read_raw(self, info: fmt.StreamInfo, number: int, keep: bool, into: memoryview | None = None) -> Any:
         source = self._source
         if not info.nbytes:
-            return np.empty(0, dtype=np.uint8)
+            return np.empty(0, dtype=np.uint8) if into is None else into
         what = self._frame_name(number, 0)
         padding = source.read(fmt.raw_padding(source.pos), f"the padding before {what}")
         if any(padding):
@@ -464,16 +505,16 @@ class RecordReader:
             raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
         signer = hashlib.blake2b(digest_size=32) if self._key is not None else None
-        out = source.map(size, what) if keep else None
+        out = source.map(size, what) if keep and into is None else None
         computed = None
         if out is not None:  # memory-mapped: not read, so not checked (unless signed)
             if signer is not None:
                 signer.update(out)
         else:
-            out = _allocate(size if keep else min(size, _RAW_READ_SIZE), number)
+            out = into if into is not None else _allocate(size if keep else min(size, _RAW_READ_SIZE), number)
             hasher = xxhash.xxh3_64(seed=seed)
             for start in range(0, size, _RAW_READ_SIZE):
-                piece = memoryview(out)[start : start + _RAW_READ_SIZE] if keep else memoryview(out)[: min(_RAW_READ_SIZE, size - start)]
+                piece = memoryview(out).cast("B")[start : start + _RAW_READ_SIZE] if keep else memoryview(out)[: min(_RAW_READ_SIZE, size - start)]
                 source.readinto(piece, what)
                 hasher.update(piece)
                 if signer is not None:
@@ -486,6 +527,55 @@ class RecordReader:
         if signer is not None:
             self._digests.append(signer.digest())
         return out
+
+
+class SplicedPickle(io.RawIOBase):
+    """A record's pickle stream as a read-only file, with its spliced payloads put back.
+
+    The payloads of large bytes, bytearray and str objects are stored as streams of their
+    own; the unpickler reads each one with ``readinto`` into the object it builds, so they
+    are decompressed in place, with no copy of the whole pickle in memory.
+    """
+
+    def __init__(self, graph: Any, reader: RecordReader) -> None:
+        self._graph = memoryview(graph).cast("B")
+        self._pos = 0
+        self._reader = reader
+        self._splices = deque(s.splice for s in reader.header.streams[1:] if s.splice is not None)
+        self._pending = memoryview(b"")  # the rest of a splice read only in part
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        done = 0
+        while done < len(out):
+            if self._pending:
+                count = min(len(self._pending), len(out) - done)
+                out[done : done + count] = self._pending[:count]
+                self._pending = self._pending[count:]
+            elif self._splices and self._splices[0] == self._pos:
+                self._splices.popleft()
+                info = self._reader.next_stream()
+                if info is None or info.splice is None:
+                    raise CorruptError(f"the pickle reaches a splice at offset {self._pos}, the next stream is not one")
+                size = info.nbytes
+                if len(out) - done >= size:  # the usual case: straight into the object being built
+                    self._reader.read_stream(out[done : done + size])
+                    count = size
+                else:
+                    self._pending = memoryview(self._reader.read_stream())
+                    continue
+            else:
+                end = self._splices[0] if self._splices else len(self._graph)
+                count = min(end - self._pos, len(out) - done)
+                if count <= 0:
+                    break
+                out[done : done + count] = self._graph[self._pos : self._pos + count]
+                self._pos += count
+            done += count
+        return done
 
 
 def _allocate(nbytes: int, number: int) -> np.ndarray:

@@ -35,11 +35,19 @@ RAW_OUTPUT_TESTS = {
 
 
 def _pickle_stream(data):
-    """Return the pickle stream inside a blpickle record (plain pickle data is returned as is)."""
+    """Return the pickle stream inside a blpickle record, with its spliced payloads put back
+    (plain pickle data is returned as is)."""
     if bytes(data[: len(MAGIC)]) != MAGIC:
         return data
     reader = RecordReader(MemorySource(data), nthreads=1)
-    return bytes(reader.read_stream())
+    graph = bytes(reader.read_stream())
+    pieces, last = [], 0
+    for info in reader.header.streams[1:]:
+        payload = bytes(reader.read_stream())
+        if info.splice is not None:
+            pieces += [graph[last : info.splice], payload]
+            last = info.splice
+    return b"".join([*pieces, graph[last:]])
 
 
 # The suite reads opcodes with pickletools: let it read the pickle stream inside each record,

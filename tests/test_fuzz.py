@@ -20,11 +20,16 @@ from hypothesis import strategies as st
 import blpickle
 from blpickle import format as fmt
 
-OBJECT = {"ints": np.arange(3000) // 3, "floats": np.linspace(0, 1, 500)[::-2], "text": "x" * 100}
+OBJECT = {
+    "ints": np.arange(30_000) // 3,
+    "floats": np.linspace(0, 1, 20_000)[::-2],
+    "text": "x" * 100,
+    "blob": bytes(range(256)) * 4096,  # spliced out of the pickle
+}
 RECORDS = [
-    blpickle.dumps(OBJECT, chunk_size=4096),
+    blpickle.dumps(OBJECT, chunk_size=65536),
     blpickle.dumps(OBJECT, codec=None),
-    blpickle.dumps(OBJECT, codec="lz4", chunk_size=4096, key=b"k"),
+    blpickle.dumps(OBJECT, codec="lz4", chunk_size=65536, key=b"k"),
 ]
 
 
@@ -41,6 +46,7 @@ def _check(data: bytes) -> None:
     for key in ("ints", "floats"):
         assert loaded[key].dtype == OBJECT[key].dtype and np.array_equal(loaded[key], OBJECT[key])
     assert loaded["text"] == OBJECT["text"]
+    assert loaded["blob"] == OBJECT["blob"]
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
@@ -72,7 +78,7 @@ def header_mutations(draw, header):
     stream = streams[draw(st.integers(0, len(streams) - 1))]
     kind = draw(st.sampled_from(["field", "drop", "duplicate", "external", "type", "bomb"]))
     if kind == "field":
-        field = draw(st.sampled_from(["nbytes", "chunk_size", "itemsize", "raw", "shape", "dtype"]))
+        field = draw(st.sampled_from(["nbytes", "chunk_size", "itemsize", "raw", "shape", "dtype", "splice"]))
         stream[field] = draw(st.one_of(SIZES, st.booleans(), st.lists(SIZES, max_size=3), st.text(max_size=5), st.none()))
     elif kind == "drop":
         streams.pop(draw(st.integers(0, len(streams) - 1)))

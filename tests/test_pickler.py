@@ -175,6 +175,32 @@ def test_pandas_and_sklearn_objects_round_trip():
     np.testing.assert_array_equal(loaded.predict_proba(X), model.predict_proba(X))
 
 
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_large_bytes_bytearray_and_str_are_spliced_out_of_the_pickle(protocol):
+    blob = bytes(range(256)) * 8192  # 2 MiB
+    obj = {"bytes": blob, "bytearray": bytearray(blob), "str": "é" * (1 << 20), "small": b"x" * 1000, "tuple": (blob, blob)}
+    data = blpickle.dumps(obj, protocol, chunk_size=1 << 16)
+    info = blpickle.inspect(data)
+    assert sorted(b.nbytes for b in info.buffers if b.splice is not None) == sorted([len(blob)] * 2 + [1 << 21])
+    assert info.pickle_nbytes < 10_000  # the payloads are not in the pickle stream
+    loaded = blpickle.loads(data)
+    assert loaded == obj
+    assert type(loaded["bytearray"]) is bytearray
+    assert loaded["tuple"][0] is loaded["tuple"][1] is loaded["bytes"]
+    stream = NonSeekable(data, max_read=1000)
+    assert blpickle.load(stream) == obj
+
+
+def test_splices_and_out_of_band_buffers_interleave():
+    blob = os.urandom(1 << 20)
+    obj = [np.arange(100_000), blob, np.arange(200_000.0)[::2], bytearray(blob), np.ones((300, 300)).T]
+    for options in ({}, {"codec": None}, {"key": b"k"}):
+        loaded = blpickle.loads(blpickle.dumps(obj, **options), key=options.get("key"))
+        assert loaded[1] == blob and loaded[3] == blob
+        for i in (0, 2, 4):
+            assert_same_array(obj[i], loaded[i])
+
+
 def test_readonly_arrays_load_writable():
     array = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
     assert not array.flags.writeable
