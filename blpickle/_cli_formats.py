@@ -9,7 +9,9 @@ pickle in it (npy and npz without object arrays).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.util
 import io
 import os
 import pickle
@@ -101,12 +103,29 @@ def format_for_path(path: str) -> str | None:
 
 
 def _joblib_blosc_magic() -> bytes | None:
-    """The magic of blpickle's ``"blosc"`` joblib compressor, or None without joblib."""
+    """The magic of blpickle's ``"blosc"`` joblib compressor
+    (:data:`blpickle.integrations.joblib.MAGIC`), or None if it cannot be found."""
     try:
         from .integrations.joblib import MAGIC
-    except ImportError:
-        return None
+    except ImportError:  # joblib is missing, so the module cannot run: read the constant
+        return _constant_from_source("blpickle.integrations.joblib", "MAGIC")
     return MAGIC
+
+
+def _constant_from_source(module: str, name: str) -> Any:
+    """Return the literal assigned to ``name`` in ``module``'s source, without importing it."""
+    try:
+        spec = importlib.util.find_spec(module)
+        with open(spec.origin, encoding="utf-8") as file:  # type: ignore[union-attr, arg-type]
+            tree = ast.parse(file.read())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                getattr(t, "id", None) == name for t in node.targets
+            ):
+                return ast.literal_eval(node.value)
+    except Exception:  # no source, or not a literal: then the format is not recognised
+        return None
+    return None
 
 
 def sniff(path: str) -> Detected:
@@ -129,11 +148,10 @@ def sniff(path: str) -> Detected:
         return Detected("blpickle", "a blpickle record")
     blosc = _joblib_blosc_magic()
     if blosc is not None and head[:1] == blosc[:1]:
-        return Detected(
-            "joblib",
-            "a joblib file compressed with 'blosc' (blpickle's joblib compressor)",
-            {"compressor": "blosc"},
-        )
+        description = "a joblib file compressed with 'blosc' (blpickle's joblib compressor)"
+        if importlib.util.find_spec("joblib") is None:
+            description += "; reading it needs joblib: pip install joblib"
+        return Detected("joblib", description, {"compressor": "blosc"})
     if sum(a == b for a, b in zip(head, magic, strict=False)) >= len(magic) // 2:
         return Detected("blpickle", "a damaged blpickle record (its magic bytes are altered)")
     if head.startswith(NPY_MAGIC):
@@ -149,12 +167,6 @@ def sniff(path: str) -> Detected:
         detected = _sniff_pickle(head, None)
         if detected.details.get("readable_ops", 0) > 0:
             return detected
-    if blosc is None and head[:1] == b"\xb2":
-        return Detected(
-            "unknown",
-            f"unknown format (first bytes {head[:8]!r}); it may be a joblib file compressed with "
-            "'blosc': install joblib to recognise it",
-        )
     return Detected("unknown", f"unknown format (first bytes {head[:8]!r})")
 
 
