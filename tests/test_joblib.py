@@ -905,6 +905,23 @@ def test_results_of_joblibs_own_store_are_read(tmp_path):
     assert CALLS == [70]
 
 
+def _closure(n: int):
+    CALLS.append(n)
+    return lambda: n
+
+
+def test_backend_options_pickler_cloudpickle_caches_closures(tmp_path):
+    CALLS.clear()
+    memory = Memory(
+        tmp_path, backend="blpickle", verbose=0, backend_options={"pickler": "cloudpickle"}
+    )
+    cached = memory.cache(_closure)
+    assert cached(3)() == 3
+    assert cached(3)() == 3
+    assert CALLS == [3]
+    assert len(_output_files(memory)) == 1
+
+
 def _unpicklable(n: int):
     CALLS.append(n)
     return lambda: n
