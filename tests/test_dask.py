@@ -51,7 +51,7 @@ def test_compressed_frames_are_marked_and_raw_frames_are_views():
     (low_nbytes, low_chunk), (high_nbytes, high_chunk) = header["blpickle"][1]
     assert low_chunk > 0 and high_chunk == 0
     nchunks = -(-low_nbytes // low_chunk)
-    assert header["compression"] == (None,) + (False,) * nchunks + (None,)
+    assert header["compression"] == (None,) + (False,) * (nchunks + 1)
     assert sum(len(f) for f in frames[1 : 1 + nchunks]) < low_nbytes / 10
     raw = frames[-1]
     assert isinstance(raw, memoryview) and np.shares_memory(np.frombuffer(raw, np.float64), data["high"])
@@ -157,7 +157,7 @@ def double(array):
 
 
 def describe(array):
-    return type(array).__name__, bool(array.flags.writeable), float(array.sum())
+    return type(array).__name__, bool(array.flags.writeable), bool(array.flags.aligned), float(array.sum())
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -166,7 +166,7 @@ def test_scatter_compute_gather(client, direct):
     high = np.random.default_rng(2).random(1_000_000)
     before = client.run(_read_counter)
     futures = client.scatter([low, high], direct=direct)
-    assert client.submit(describe, futures[1]).result() == ("ndarray", True, float(high.sum()))
+    assert client.submit(describe, futures[1]).result() == ("ndarray", True, True, float(high.sum()))
     doubled = client.map(double, futures)
     got_low, got_high, back = client.gather([*doubled, futures[0]], direct=direct)
     assert_same_array(low * 2, got_low)

@@ -16,10 +16,11 @@ dask (``ToPickle``), as before.
 An object becomes ``[graph, frames of buffer 0, frames of buffer 1, ...]``: ``graph`` is a
 protocol-5 pickle; a buffer is one zero-copy frame (a memoryview of the array) when a sample
 shows it does not compress, else one frame per compressed Blosc2 chunk. The header lists the
-buffers' sizes and chunk sizes and marks the compressed frames ``compression=False`` so that
-dask neither compresses nor splits them again; raw frames stay ``None``, so dask's own
-``distributed.comm.compression`` and shard splitting still apply to them. On the receiving
-side raw frames are used in place (dask reads them into writable memory), compressed ones are
+buffers' sizes and chunk sizes and marks every buffer frame ``compression=False``: dask
+neither compresses them again nor splits them into shards. dask's TCP comm then reads each raw
+buffer into (aligned) memory of its own, which the array is rebuilt around without a copy; a
+buffer split into shards read into separate pieces would have to be copied back together, and
+one read into the same memory as the headers could be misaligned. Compressed chunks are
 decompressed in threads straight into the arrays.
 """
 
@@ -80,6 +81,8 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
     except Exception as exc:
         raise NotImplementedError(f"blpickle cannot pickle {type(obj).__name__}: {exc}") from exc
     _wire.plan(buffers, wire)
+    # The graph is not ``bytes``: dask's TCP comm reads whatever follows the first non-bytes
+    # frame into separate memory, and the raw buffers come after it.
     frames: list[Any] = [graph]
     compression: list[Any] = [None]
     layout = []
@@ -87,7 +90,7 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
         layout.append([buffer.nbytes, buffer.chunk_size])
         if not buffer.chunk_size:
             frames.append(buffer.view)
-            compression.append(None)
+            compression.append(False)
             continue
         chunks = list(_wire.compressed_chunks(buffer, wire.options))
         frames.extend(chunks)
