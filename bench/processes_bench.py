@@ -318,12 +318,62 @@ def check_goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return goals
 
 
+def markdown(results: dict[str, Any]) -> str:
+    """The tables of docs/multiprocessing.md and docs/dask.md, from a saved run."""
+    lines = [f"Command: `{results['command']}` ({results['machine']['cpus']} CPUs, Python {results['machine']['python']}).", ""]
+
+    def ms(seconds: float) -> str:
+        return f"{seconds * 1e3:,.0f}" if seconds >= 0.1 else f"{seconds * 1e3:.1f}"
+
+    def peak(value: float | None, size: int) -> str:
+        return "n/a" if value is None else f"{value / size:.2f}"
+
+    if results.get("multiprocessing"):
+        lines += [
+            "| transport | data | size | send ms stdlib → blpickle | × | round trip ms stdlib → blpickle | × | extra peak parent / worker (× size) stdlib → blpickle |",
+            "|---|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for row in results["multiprocessing"]:
+            s, b, size = row["stdlib"], row["blpickle"], row["nbytes"]
+            lines.append(
+                f"| {row['transport']} | {row['data']} | {size / MB:.0f} MB | {ms(s['send_s'])} → {ms(b['send_s'])} | {row['speedup_send']:.1f} "
+                f"| {ms(s['round_trip_s'])} → {ms(b['round_trip_s'])} | {row['speedup_round_trip']:.1f} "
+                f"| {peak(s['peak_parent_bytes'], size)} / {peak(s['peak_worker_bytes'], size)} → {peak(b['peak_parent_bytes'], size)} / {peak(b['peak_worker_bytes'], size)} |"
+            )
+        lines.append("")
+    if results.get("loky"):
+        lines += ["| max_nbytes | data | size | round trip ms loky default → blpickle | × |", "|---|---|---:|---:|---:|"]
+        for row in results["loky"]:
+            lines.append(
+                f"| {row['max_nbytes']} | {row['data']} | {row['nbytes'] / MB:.0f} MB | {ms(row['default']['round_trip_s'])} → {ms(row['blpickle']['round_trip_s'])} | {row['speedup']:.1f} |"
+            )
+        lines.append("")
+    if results.get("dask"):
+        lines += [
+            "| data | size | scatter ms default → blpickle | × | gather ms default → blpickle | × | MB on loopback (both ways) default → blpickle |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in results["dask"]:
+            d, b = row["dask default"], row["blpickle"]
+            lines.append(
+                f"| {row['data']} | {row['nbytes'] / MB:.0f} MB | {ms(d['scatter_s'])} → {ms(b['scatter_s'])} | {row['speedup_scatter']:.2f} "
+                f"| {ms(d['gather_s'])} → {ms(b['gather_s'])} | {row['speedup_gather']:.2f} | {_mb(d['wire_bytes'])} → {_mb(b['wire_bytes'])} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="8 and 64 MB only")
     parser.add_argument("--only", choices=["multiprocessing", "loky", "dask"], nargs="*", help="run only these parts")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "processes.json"))
+    parser.add_argument("--markdown", metavar="JSON", help="print the Markdown tables of a saved run and exit")
     args = parser.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as saved:
+            print(markdown(json.load(saved)))
+        return 0
     warnings.simplefilter("ignore", DeprecationWarning)
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     parts = args.only or ["multiprocessing", "loky", "dask"]

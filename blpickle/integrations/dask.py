@@ -161,5 +161,19 @@ class WorkerPlugin(_WorkerPlugin):
         global _WIRE
         _WIRE = self.wire
         if self.peers:
-            worker.rpc.serializers = list(SERIALIZERS)
-            worker.rpc.deserializers = list(DESERIALIZERS)
+            _use_for_peers(worker)
+
+
+def _use_for_peers(worker: Any) -> None:
+    """Make ``worker`` fetch data from other workers with blpickle."""
+    worker.rpc.serializers = list(SERIALIZERS)
+    worker.rpc.deserializers = list(DESERIALIZERS)
+
+
+def dask_setup(server: Any) -> None:
+    """Run by ``dask worker --preload blpickle.integrations.dask``: importing the module
+    registered the family; a worker also fetches data from its peers with it."""
+    from distributed import Worker
+
+    if isinstance(server, Worker):
+        _use_for_peers(server)
