@@ -45,6 +45,18 @@ def test_pickler_writes_a_plain_pickle(compress):
         os.environ.pop(bl_loky.ENV_OPTIONS, None)
 
 
+def test_one_pickler_dumps_several_objects():
+    out = io.BytesIO()
+    pickler = bl_loky.Pickler(out)
+    shared = np.arange(200_000)
+    pickler.dump([shared, "x"])
+    pickler.dump([shared, "y"])  # no memo reference to the first pickle
+    out.seek(0)
+    first, second = pickle.load(out), pickle.load(out)
+    assert first[1] == "x" and second[1] == "y"
+    assert_same_array(shared, second[0])
+
+
 def test_through_loky_dumps_with_custom_reducers(enabled):
     class Point:
         def __init__(self, x):

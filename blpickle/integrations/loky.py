@@ -181,6 +181,7 @@ class Pickler(cloudpickle.Pickler):
         self._bl_graph.seek(0)
         self._bl_graph.truncate()
         self._bl_collector.buffers.clear()
+        self.clear_memo()  # each dump is a pickle of its own
         super().dump(obj)
         buffers = self._bl_collector.buffers
         _wire.plan(buffers, self._bl_wire)
