@@ -85,12 +85,17 @@ def bench_dump_load(arrays: dict[str, np.ndarray], tmp: Path, repeat: int) -> li
     for name, array in arrays.items():
         methods: dict[str, tuple[Callable[[Path], None], Callable[[Path], Any]]] = {
             label: (
-                lambda path, compress=compress: joblib.dump(array, path, compress=compress),
+                lambda path, compress=compress, array=array: joblib.dump(
+                    array, path, compress=compress
+                ),
                 joblib.load,
             )
             for label, compress in DUMP_METHODS.items()
         }
-        methods["blpickle.dump"] = (lambda path: blpickle.dump(array, path), blpickle.load)
+        methods["blpickle.dump"] = (
+            lambda path, array=array: blpickle.dump(array, path),
+            blpickle.load,
+        )
         for label, (dump, load) in methods.items():
             path = tmp / f"{name}.{label.replace(' ', '_')}"
 
@@ -101,7 +106,8 @@ def bench_dump_load(arrays: dict[str, np.ndarray], tmp: Path, repeat: int) -> li
             dump_time = best_time(dump_and_sync, repeat)
             load_time = best_time(lambda path=path, load=load: load(path), repeat)
             loaded = load(path)
-            assert loaded.dtype == array.dtype and np.array_equal(loaded, array), (name, label)
+            assert loaded.dtype == array.dtype, (name, label)
+            assert np.array_equal(loaded, array), (name, label)
             del loaded
             size = path.stat().st_size
             rows.append(
@@ -234,30 +240,31 @@ def summarize(dump_rows: list[dict], cache_rows: list[dict]) -> dict:
 
 def print_tables(dump_rows: list[dict], cache_rows: list[dict], summary: dict) -> None:
     print("\njoblib.dump / joblib.load (dump includes fsync; hot load; best of runs)")
-    print(
-        f"| {'array':8s} | {'method':20s} | {'ratio':>6s} | {'dump MB/s':>9s} | {'load MB/s':>9s} |"
-    )
+    print("| array    | method               |  ratio | dump MB/s | load MB/s |")
     print(f"|{'-' * 10}|{'-' * 22}|{'-' * 8}|{'-' * 11}|{'-' * 11}|")
     for r in dump_rows:
         print(
-            f"| {r['array']:8s} | {r['method']:20s} | {r['ratio']:6.2f} | {r['dump_MBps']:9.0f} | {r['load_MBps']:9.0f} |"
+            f"| {r['array']:8s} | {r['method']:20s} | {r['ratio']:6.2f} | "
+            f"{r['dump_MBps']:9.0f} | {r['load_MBps']:9.0f} |"
         )
     print("\ncompress='blosc' compared (this run)")
     print(
-        f"| {'array':8s} | ratio vs blpickle.dump | ratio vs lz4 | dump vs zlib | load vs zlib | dump vs lz4 | load vs lz4 |"
+        "| array    | ratio vs blpickle.dump | ratio vs lz4 | dump vs zlib | load vs zlib "
+        "| dump vs lz4 | load vs lz4 |"
     )
     print(f"|{'-' * 10}|{'-' * 24}|{'-' * 14}|{'-' * 14}|{'-' * 14}|{'-' * 13}|{'-' * 13}|")
     for array, v in summary["per_array"].items():
         print(
-            f"| {array:8s} | {v['blosc_ratio_vs_blpickle']:22.3f} | {v['blosc_ratio_vs_lz4']:12.2f} | "
-            f"{v['blosc_dump_speedup_vs_zlib']:11.1f}x | {v['blosc_load_speedup_vs_zlib']:11.1f}x | "
-            f"{v['blosc_dump_speedup_vs_lz4']:10.1f}x | {v['blosc_load_speedup_vs_lz4']:10.1f}x |"
+            f"| {array:8s} | {v['blosc_ratio_vs_blpickle']:22.3f} | "
+            f"{v['blosc_ratio_vs_lz4']:12.2f} | "
+            f"{v['blosc_dump_speedup_vs_zlib']:11.1f}x | "
+            f"{v['blosc_load_speedup_vs_zlib']:11.1f}x | "
+            f"{v['blosc_dump_speedup_vs_lz4']:10.1f}x | "
+            f"{v['blosc_load_speedup_vs_lz4']:10.1f}x |"
         )
     nbytes = cache_rows[0]["nbytes"]
     print(f"\nMemory cache hit returning {nbytes / MB:.0f} MB of arrays (best of runs)")
-    print(
-        f"| {'setup':46s} | {'stored MB':>9s} | {'hit ms':>8s} | {'hit MB/s':>8s} | vs joblib uncompressed |"
-    )
+    print(f"| {'setup':46s} | stored MB |   hit ms | hit MB/s | vs joblib uncompressed |")
     print(f"|{'-' * 48}|{'-' * 11}|{'-' * 10}|{'-' * 10}|{'-' * 24}|")
     for r in cache_rows:
         print(
