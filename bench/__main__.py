@@ -25,13 +25,14 @@ from . import goals, report
 from .contenders import DEFAULT, Contender, blpickle_contender, contenders
 from .datasets import ENTROPIES, SIZES, make_array, make_forest, make_objects, nbytes, same
 from .memory import extra_peak_mib
-from .timing import CacheDropper, fsync, timed
+from .timing import CacheDropper, fsync, spread, timed
 
 #: Runs per timing by size (the best is kept, the median shows the spread) and the seconds
-#: after which a timing stops repeating.
+#: of dumps and loads after which a contender stops repeating.
 REPEATS = {"small": 20, "mid": 5, "large": 3, "huge": 1, "graph": 5}
 QUICK_REPEATS = {"small": 5, "mid": 2, "graph": 2}
 BUDGET, QUICK_BUDGET = 60.0, 1.0
+SPEEDS = ("dump", "load_hot", "load_cold")
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -64,46 +65,59 @@ class Run:
     def path(self, contender: Contender) -> str:
         return os.path.join(self.directory, re.sub(r"\W+", "-", contender.name) + contender.suffix)
 
-    def measure(self, contender: Contender, obj: Any, dataset: str, size: str) -> dict:
-        """Dump (with fsync), load hot and cold; check the result; return the row."""
+    def measure(self, todo: list[Contender], obj: Any, dataset: str, size: str) -> list[dict]:
+        """Time the contenders in rounds, one run each per round, so that all of them meet the
+        same machine conditions; a contender stops once it has used the time budget.
+
+        Returns one row per contender with every run of ``dump``, ``load_hot``, ``load_cold``.
+        """
+        base = {"dataset": dataset, "size": size, "nbytes": nbytes(obj)}
+        rows = [
+            {**base, "method": c.name, "dump": [], "load_hot": [], "load_cold": []} for c in todo
+        ]
+        for round_ in range(self.repeats[size]):
+            for contender, row in zip(todo, rows, strict=True):
+                spent = sum(sum(row[what]) for what in SPEEDS)
+                if round_ == 0 or spent < self.budget:
+                    self._one_run(contender, obj, row, first=round_ == 0)
+        for row in rows:
+            for what in SPEEDS:
+                row[what] = spread(row[what]) if row[what] else None
+        return rows
+
+    def _one_run(self, contender: Contender, obj: Any, row: dict, first: bool) -> None:
+        """Dump (with fsync), load hot, evict, load cold, remove the file; the first run also
+        records the ratio and checks the loaded object (a tiny timing gets a warm-up)."""
         path = self.path(contender)
-        repeat = self.repeats[size]
-
-        def dump() -> None:
+        if first and row["size"] == "small":
             contender.dump(obj, path)
-            fsync(path)
-
-        def remove() -> None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-
-        load = functools.partial(contender.load, path)
-        row = {"dataset": dataset, "size": size, "method": contender.name, "nbytes": nbytes(obj)}
-        warm_up = size == "small"  # the first runs of a tiny timing are slower
-        row["dump"] = timed(dump, repeat, self.budget, before=remove, warm_up=warm_up)
-        row["file_bytes"] = os.path.getsize(path)
-        row["ratio"] = row["nbytes"] / row["file_bytes"]
-        row["load_hot"] = timed(load, repeat, self.budget, warm_up=warm_up)
-        row["load_cold"] = (
-            timed(load, repeat, self.budget, before=functools.partial(self.drop, path))
-            if self.drop.possible
-            else None
-        )
-        if not same(obj, load()):
-            raise AssertionError(
-                f"{contender.name} did not load back what it dumped ({dataset}/{size})"
-            )
-        remove()
-        return row
+            contender.load(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        row["dump"].append(timed(lambda: (contender.dump(obj, path), fsync(path)))[0])
+        seconds, loaded = timed(functools.partial(contender.load, path))
+        row["load_hot"].append(seconds)
+        if first:
+            row["file_bytes"] = os.path.getsize(path)
+            row["ratio"] = row["nbytes"] / row["file_bytes"]
+            if not same(obj, loaded):
+                where = f"{row['dataset']}/{row['size']}"
+                raise AssertionError(f"{contender.name} did not load back what it dumped ({where})")
+        del loaded
+        if self.drop.possible:
+            self.drop(path)
+            row["load_cold"].append(timed(functools.partial(contender.load, path))[0])
+        os.unlink(path)
 
     def run_group(self, obj: Any, dataset: str, size: str) -> None:
         started = time.perf_counter()
         arrays = isinstance(obj, np.ndarray)
-        group = [
-            self.measure(c, obj, dataset, size)
+        todo = [
+            c
             for c in self.contenders
             if (arrays or not c.arrays_only) and not (c.slow and size == "huge")
         ]
+        group = self.measure(todo, obj, dataset, size)
         self.rows += group
         print(report.group_text(group, time.perf_counter() - started), flush=True)
 
@@ -127,11 +141,10 @@ class Run:
     def run_threads(self, array: np.ndarray, dataset: str, size: str) -> None:
         """blpickle default with 1, 2, 4, ... up to every core."""
         cores = os.cpu_count() or 1
-        for n in sorted({*(2**k for k in range(cores.bit_length()) if 2**k < cores), cores}):
-            row = self.measure(
-                blpickle_contender(f"blpickle nthreads={n}", nthreads=n), array, dataset, size
-            )
-            self.threads.append({**row, "nthreads": n})
+        counts = sorted({*(2**k for k in range(cores.bit_length()) if 2**k < cores), cores})
+        todo = [blpickle_contender(f"blpickle nthreads={n}", nthreads=n) for n in counts]
+        rows = self.measure(todo, array, dataset, size)
+        self.threads += [{**row, "nthreads": n} for row, n in zip(rows, counts, strict=True)]
 
     def run(self) -> None:
         memory_size = self.sizes[-1]
@@ -167,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             "cold_cache": dict(run.drop.used),
             "contenders": [c.name for c in run.contenders],
             "seconds": round(time.perf_counter() - started),
+            "load_average_at_end": os.getloadavg()[0],
         },
         "rows": run.rows,
         "memory": run.memory,

@@ -70,6 +70,7 @@ def machine_info() -> dict:
         + (" (modified)" if _git("status", "--porcelain", "blpickle") else ""),
         "default_options": blpickle.PRESETS["default"].to_dict(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average_at_start": os.getloadavg()[0],
     }
 
 
@@ -151,7 +152,8 @@ def groups(rows: list[dict]) -> Iterable[list[dict]]:
 def preamble(machine: dict, cold_cache: Iterable[str]) -> str:
     """What is measured where, printed before the tables."""
     return (
-        f"{machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM; "
+        f"{machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB RAM, "
+        f"load average {machine['load_average_at_start']:.1f}; "
         f"blpickle {machine['commit']}, default options {machine['default_options']}\n"
         f"Cold loads evict the file with: {', '.join(cold_cache)}. "
         "Speeds: best run (median run); dumps include fsync."
@@ -181,6 +183,8 @@ def markdown_report(doc: dict) -> str:
         f"{m['os']}; Python {m['python']}, numpy {m['numpy']}, blosc2 {m['blosc2']}, "
         f"joblib {m['joblib']}, blpickle {m['blpickle']} at {m['commit']} "
         f"(default options {m['default_options']}). Cold loads: {doc['settings']['cold_cache']}. "
+        f"Load average (1 min) {m['load_average_at_start']:.1f} at the start, "
+        f"{doc['settings']['load_average_at_end']:.1f} at the end. "
         "Speeds are MB/s of the best run, the median run in parentheses.",
     ]
     for group in groups(doc["rows"]):

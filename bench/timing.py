@@ -1,9 +1,11 @@
-"""One timing loop, fsync, and dropping a file from the page cache for cold loads."""
+"""Timing one call, fsync, and evicting a file from the page cache for cold loads."""
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import gc
+import mmap
 import os
 import statistics
 import time
@@ -13,33 +15,20 @@ from typing import Any
 _PROBE_SIZE = 4 << 20
 
 
-def timed(
-    run: Callable[[], Any],
-    repeat: int,
-    budget: float,
-    before: Callable[[], Any] = lambda: None,
-    warm_up: bool = False,
-) -> dict:
-    """Time ``run`` up to ``repeat`` times (fewer once ``budget`` seconds are spent, at least
-    once), garbage collector off as in ``timeit``; ``before`` runs untimed before each run,
-    and with ``warm_up`` one untimed run comes first.
+def timed(run: Callable[[], Any]) -> tuple[float, Any]:
+    """Call ``run`` once with the garbage collector off, as ``timeit`` does; return the
+    seconds it took and its result."""
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        result = run()
+        return time.perf_counter() - start, result
+    finally:
+        gc.enable()
 
-    Returns ``{"min", "median", "max", "runs"}`` in seconds.
-    """
-    if warm_up:
-        before()
-        run()
-    runs: list[float] = []
-    while len(runs) < repeat and (not runs or sum(runs) < budget):
-        before()
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            result = run()
-            runs.append(time.perf_counter() - start)
-        finally:
-            gc.enable()
-        del result  # freed outside the timing
+
+def spread(runs: list[float]) -> dict:
+    """``{"min", "median", "max", "runs"}`` of some timings, in seconds."""
     return {"min": min(runs), "median": statistics.median(runs), "max": max(runs), "runs": runs}
 
 
@@ -66,18 +55,27 @@ def _drop_all_caches(path: str) -> None:
         file.write("1")
 
 
-def _is_cached(path: str) -> bool | None:
-    """Whether the file's first page is in the page cache (None when the OS can't tell)."""
-    fd = os.open(path, os.O_RDONLY)
+def _resident_pages(path: str) -> int | None:
+    """How many of the file's pages are in the page cache, by ``mincore`` on a mapping that
+    is never touched (reading, even with ``RWF_NOWAIT``, would start a readahead); None when
+    the OS can't tell."""
+    size = os.path.getsize(path)
+    if not size:
+        return 0
     try:
-        os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
-        return True
-    except BlockingIOError:
-        return False
+        mincore = ctypes.CDLL(None, use_errno=True).mincore
     except (AttributeError, OSError):
         return None
-    finally:
-        os.close(fd)
+    pages = -(-size // mmap.PAGESIZE)
+    flags = (ctypes.c_ubyte * pages)()
+    with (
+        open(path, "rb") as file,
+        mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) as mapped,
+    ):
+        start = ctypes.c_char.from_buffer(mapped)  # ACCESS_COPY is writable, so it has an address
+        failed = mincore(ctypes.c_void_p(ctypes.addressof(start)), ctypes.c_size_t(size), flags)
+        del start
+    return None if failed else sum(flag & 1 for flag in flags)
 
 
 #: Ways to drop a file from the page cache, most targeted first.
@@ -87,7 +85,7 @@ _DROPPERS = {"posix_fadvise(DONTNEED)": _fadvise_drop, "/proc/sys/vm/drop_caches
 class CacheDropper:
     """Evicts a file from the page cache before a cold load, checking that it worked.
 
-    Each call tries the ways in order until the file's first page is gone; ``used`` counts
+    Each call tries the ways in order until no page of the file is cached; ``used`` counts
     which way worked (suffixed "unverified" when the OS cannot report residency, or
     "not possible"). ``possible`` says whether a probe file could be evicted.
     """
@@ -109,8 +107,8 @@ class CacheDropper:
                 drop(path)
             except (AttributeError, OSError):
                 continue
-            cached = _is_cached(path)
-            if not cached:
-                self.used[name if cached is False else f"{name} (unverified)"] += 1
+            resident = _resident_pages(path)
+            if not resident:
+                self.used[name if resident == 0 else f"{name} (unverified)"] += 1
                 return
         self.used["not possible"] += 1
