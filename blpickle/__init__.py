@@ -65,3 +65,7 @@ __all__ = [
     "load",
     "loads",
 ]
+
+from .integrations import register_joblib as _register_joblib
+
+_register_joblib()  # joblib.dump(obj, f, compress="blosc") and Memory(backend="blpickle")

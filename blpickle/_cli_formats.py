@@ -9,7 +9,6 @@ pickle in it (npy and npz without object arrays).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib.util
 import io
@@ -102,32 +101,6 @@ def format_for_path(path: str) -> str | None:
     return EXTENSIONS.get(os.path.splitext(path)[1].lower())
 
 
-def _joblib_blosc_magic() -> bytes | None:
-    """The magic of blpickle's ``"blosc"`` joblib compressor
-    (:data:`blpickle.integrations.joblib.MAGIC`), or None if it cannot be found."""
-    try:
-        from .integrations.joblib import MAGIC
-    except ImportError:  # joblib is missing, so the module cannot run: read the constant
-        return _constant_from_source("blpickle.integrations.joblib", "MAGIC")
-    return MAGIC
-
-
-def _constant_from_source(module: str, name: str) -> Any:
-    """Return the literal assigned to ``name`` in ``module``'s source, without importing it."""
-    try:
-        spec = importlib.util.find_spec(module)
-        with open(spec.origin, encoding="utf-8") as file:  # type: ignore[union-attr, arg-type]
-            tree = ast.parse(file.read())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                getattr(t, "id", None) == name for t in node.targets
-            ):
-                return ast.literal_eval(node.value)
-    except Exception:  # no source, or not a literal: then the format is not recognised
-        return None
-    return None
-
-
 def sniff(path: str) -> Detected:
     """Recognise the file at ``path`` by its first bytes, without unpickling anything.
 
@@ -146,13 +119,12 @@ def sniff(path: str) -> Detected:
     magic = fmt.MAGIC
     if head.startswith(magic) or (len(head) < len(magic) and magic.startswith(head)):
         return Detected("blpickle", "a blpickle record")
-    blosc = _joblib_blosc_magic()
-    if blosc is not None and head[:1] == blosc[:1]:
+    if head[:1] == fmt.JOBLIB_MAGIC[:1]:
         description = "a joblib file compressed with 'blosc' (blpickle's joblib compressor)"
         if importlib.util.find_spec("joblib") is None:
             description += "; reading it needs joblib: pip install joblib"
         return Detected("joblib", description, {"compressor": "blosc"})
-    if sum(a == b for a, b in zip(head, magic, strict=False)) >= len(magic) // 2:
+    if fmt.damaged_magic(head):
         return Detected("blpickle", "a damaged blpickle record (its magic bytes are altered)")
     if head.startswith(NPY_MAGIC):
         return _sniff_npy(head)

@@ -63,8 +63,9 @@ class LoadError(BlpickleError, pickle.UnpicklingError):
 class BadMagicError(LoadError):
     """The input does not start with the blpickle magic bytes."""
 
-    def __init__(self, found: bytes) -> None:
-        super().__init__(f"not a blpickle record: expected the magic bytes at offset 0, found {found!r}")
+    def __init__(self, found: bytes, hint: str = "") -> None:
+        message = f"not a blpickle record: expected the magic bytes at offset 0, found {found!r}"
+        super().__init__(f"{message}; {hint}" if hint else message)
         self.found = found
 
 

@@ -25,6 +25,9 @@ from .errors import BadMagicError, CorruptError, LimitError, UnsupportedVersionE
 
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
+#: The start of a stream written by blpickle's ``"blosc"`` joblib compressor
+#: (:mod:`blpickle.integrations.joblib`): not a record, but blpickle knows it by sight.
+JOBLIB_MAGIC = b"\xb2BLJB\r\n\x1a"
 VERSION_MAJOR = 1
 VERSION_MINOR = 0
 
@@ -49,6 +52,11 @@ MAX_STREAM_SIZE = 1 << 62
 MAX_CHUNK_SIZE = 1 << 30
 MAX_NDIM = 64
 _MASK64 = (1 << 64) - 1
+
+
+def damaged_magic(head: bytes) -> bool:
+    """True for input that starts almost like a record: a damaged record, not pickle data."""
+    return sum(a == b for a, b in zip(head, MAGIC)) >= len(MAGIC) // 2
 
 
 def checksum(data: Any, seed: int = 0) -> int:

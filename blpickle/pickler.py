@@ -49,7 +49,8 @@ DEFAULT_PROTOCOL = 5
 
 BufferCallback = Callable[[PickleBuffer], Any]
 #: Buffers smaller than this stay in the pickle stream (compressed with it): a stream of its
-#: own costs more (header entry, Blosc2 call, checksum) than copying them.
+#: own costs more (header entry, Blosc2 call, checksum) than copying them. Uncompressed
+#: records (codec None) keep every buffer out of band, so that all can be memory-mapped.
 INBAND_LIMIT = 64 << 10
 #: Payloads the pickler writes in band (bytes, bytearray, str) from this size are spliced out.
 #: Frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
@@ -142,7 +143,7 @@ class _RecordPickler:
             or (self._user_callback is not None and (contiguous or array.nbytes < INBAND_LIMIT))
         ):
             return array.__reduce_ex__(self._protocol)
-        if array.nbytes < INBAND_LIMIT:  # a writable copy, pickled in band
+        if array.nbytes < INBAND_LIMIT and self.options.codec is not None:  # a writable copy, in band
             return reduce_ndarray(array, PickleBuffer(array.copy(order="A").reshape(-1, order="A").view(np.uint8)))
         placeholder = PickleBuffer(bytearray())
         self._placeholders[id(placeholder)] = (placeholder, array)
@@ -156,7 +157,7 @@ class _RecordPickler:
             if self._user_callback(buffer):
                 return True  # the caller wants it in band
             self._external.append(self._slots)
-        elif buffer.raw().nbytes < INBAND_LIMIT:
+        elif buffer.raw().nbytes < INBAND_LIMIT and self.options.codec is not None:
             return True
         else:
             self._streams.append((Payload.from_picklebuffer(buffer), None))
@@ -310,7 +311,9 @@ class Unpickler(pickle.Unpickler):
             return self._load_record(head)
         if len(head) < len(fmt.MAGIC) and fmt.MAGIC.startswith(head):
             raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
-        if _damaged_magic(head):
+        if head[:1] == fmt.JOBLIB_MAGIC[:1]:
+            raise BadMagicError(head, "this is a joblib file compressed with 'blosc': read it with joblib.load")
+        if fmt.damaged_magic(head):
             raise BadMagicError(head)
         if self._key is not None:
             raise SignatureError("this is not a blpickle record, so it cannot be signed: refusing to load it")
@@ -373,11 +376,6 @@ def _check_key(key: Any) -> bytes | None:
     if key is not None and (not isinstance(key, (bytes, bytearray)) or not key):
         raise OptionsError("key must be a non-empty bytes object")
     return None if key is None else bytes(key)
-
-
-def _damaged_magic(head: bytes) -> bool:
-    """True for input that starts almost like a record: not pickle data, a damaged record."""
-    return sum(a == b for a, b in zip(head, fmt.MAGIC)) >= len(fmt.MAGIC) // 2
 
 
 def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[int, ...]) -> Iterator[Any]:

@@ -29,6 +29,7 @@ from .errors import ChecksumError, CorruptError, DumpError, LimitError, Signatur
 from .options import Options
 
 __all__ = [
+    "CountingWriter",
     "FileSource",
     "MemorySource",
     "RecordReader",
@@ -94,8 +95,9 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], count: int, nthreads: 
         wait(pending)
 
 
-class _Output:
-    """A file object wrapper that counts the bytes written since the record start."""
+class CountingWriter:
+    """A binary file wrapper that writes everything it is given (looping over short writes
+    of raw streams) and counts the bytes written since it was created, in ``pos``."""
 
     def __init__(self, file: BinaryIO) -> None:
         self._write = file.write
@@ -123,7 +125,7 @@ def write_record(
     Raises:
         DumpError: when Blosc2 cannot compress a chunk.
     """
-    out = _Output(file)
+    out = CountingWriter(file)
     header_bytes = header.encode()
     head = fmt.encode_preamble(len(header_bytes), 0 if key is None else fmt.FLAG_SIGNED) + header_bytes
     header_checksum = fmt.checksum(head)
@@ -168,7 +170,7 @@ def write_record(
 Frame = tuple[int, int, int, "bytes | None"]  # offset, stored size, checksum, digest
 
 
-def _write_frame(out: _Output, packed: bytes, checksum: int, digest: bytes | None) -> Frame:
+def _write_frame(out: CountingWriter, packed: bytes, checksum: int, digest: bytes | None) -> Frame:
     offset = out.pos
     out.write(fmt.U64.pack(len(packed)))
     out.write(packed)
@@ -176,7 +178,7 @@ def _write_frame(out: _Output, packed: bytes, checksum: int, digest: bytes | Non
     return offset, len(packed), checksum, digest
 
 
-def _write_raw_frame(out: _Output, payload: Payload, seed: int, sign: bool) -> Frame:
+def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool) -> Frame:
     out.write(bytes(fmt.raw_padding(out.pos)))
     offset = out.pos
     out.write(fmt.U64.pack(payload.nbytes))

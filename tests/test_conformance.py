@@ -31,6 +31,7 @@ RAW_OUTPUT_TESTS = {
     "test_pickle_to_2x": "compares the output bytes with Python 2's pickle bytes",
     "test_optional_frames": "removes FRAME opcodes from the output bytes, then loads them",
     "test_framing_many_objects": "relates the FRAME sizes to the length of the output bytes",
+    "test_compat_pickle": "looks for GLOBAL opcodes' text (b'cexceptions\\nException') verbatim in the output bytes",
 }
 
 

@@ -1066,15 +1066,7 @@ def test_joblibs_numpy_pickle_tests_pass_with_blosc_registered(tmp_path):
 @pytest.mark.slow
 def test_joblibs_memory_tests_pass_with_the_blpickle_store(tmp_path):
     modules = ["joblib.test.test_memory", "joblib.test.test_store_backends"]
-    deselect = []
-    if getattr(blpickle.pickler, "INBAND_LIMIT", 0) > 0:
-        # These two expect np.ones(3) back as a numpy.memmap: blpickle keeps buffers under
-        # INBAND_LIMIT in the pickle stream, so tiny arrays load as ordinary arrays (mapping
-        # of larger ones is tested above). Needs a blpickle option to put every array out of
-        # band; see docs/joblib.md.
-        tests = ("test_memory_numpy_check_mmap_mode", "test_memorized_result_forwards_mmap_mode")
-        deselect = ["-k", " and ".join(f"not {name}" for name in tests)]
-    output = _run_joblib_tests(tmp_path, modules, True, *deselect)
+    output = _run_joblib_tests(tmp_path, modules, True)
     counts = next(line for line in output.splitlines() if line.startswith("BLPICKLE-CALLS")).split()
     assert int(counts[1]) > 50, counts  # the tests went through our store
     assert int(counts[2]) > 20, counts

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 __all__ = ["register_joblib"]
 
 
@@ -10,8 +12,13 @@ def register_joblib() -> bool:
 
     Registers the ``"blosc"`` compressor (``joblib.dump(obj, f, compress="blosc")``) and the
     ``"blpickle"`` store backend (``joblib.Memory(location, backend="blpickle")``); see
-    :mod:`blpickle.integrations.joblib`. Safe to call more than once.
+    :mod:`blpickle.integrations.joblib`. Safe to call more than once. While joblib itself is
+    being imported (it imports blpickle when ``LOKY_PICKLER`` names it) nothing is registered
+    and False is returned: the loky integration registers at its first use.
     """
+    importing = sys.modules.get("joblib")
+    if importing is not None and getattr(importing.__spec__, "_initializing", False):
+        return False  # joblib is importing blpickle (LOKY_PICKLER): registered at first use
     try:
         from . import joblib as integration
     except ImportError as exc:

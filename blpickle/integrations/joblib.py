@@ -60,7 +60,7 @@ from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, resolve_options
 from ..pickler import Unpickler
 from ..pickler import dump as blpickle_dump
 from ..pickler import load as blpickle_load
-from ..stream import FileSource, _Output, map_ordered, unpack_chunk
+from ..stream import CountingWriter, FileSource, map_ordered, unpack_chunk
 
 __all__ = [
     "BLOSC",
@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 #: The first 8 bytes of a stream written by the ``"blosc"`` compressor.
-MAGIC = b"\xb2BLJB\r\n\x1a"
+MAGIC = fmt.JOBLIB_MAGIC
 #: What joblib matches to recognise the stream: the magic's first byte, which is neither a pickle
 #: opcode nor the first byte of another joblib format, so a file cut inside the magic still comes
 #: to :class:`BloscFile` and is reported as truncated.
@@ -305,7 +305,7 @@ class BloscFile(io.RawIOBase):
     def _start_writing(self) -> None:
         chunk_size = self._options.chunk_size - self._options.chunk_size % CHUNK_MULTIPLE
         self._chunk_size = chunk_size
-        self._out = _Output(self._file)
+        self._out = CountingWriter(self._file)
         head = HEADER.pack(MAGIC, VERSION_MAJOR, VERSION_MINOR, 0, chunk_size)
         self._header_checksum = fmt.checksum(head)
         self._out.write(head + U64.pack(self._header_checksum))

@@ -39,7 +39,7 @@ import cloudpickle
 import numpy as np
 
 from ..errors import CorruptError
-from . import _wire
+from . import _wire, register_joblib
 from ._wire import WireOptions, wire_options
 
 __all__ = ["ENV_OPTIONS", "NAME", "Pickler", "configure", "disable", "enable"]
@@ -156,6 +156,7 @@ class Pickler(cloudpickle.Pickler):
     """
 
     def __init__(self, file: Any, protocol: int | None = None, *args: Any, **kwargs: Any) -> None:
+        register_joblib()  # joblib may have been importing blpickle when it was imported
         self._bl_file = file
         self._bl_wire = _WIRE
         self._bl_graph = io.BytesIO()
@@ -245,6 +246,7 @@ def _write_envelope(
 
 def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
     """Rebuild the object of an envelope (called by ``pickle.loads``)."""
+    register_joblib()  # joblib may have been importing blpickle when it was imported
     version, count = _HEAD.unpack_from(head)
     if version != _VERSION:
         raise CorruptError(

@@ -20,7 +20,7 @@ Why a context rather than ``ctx.reducer = ...``: ``multiprocessing`` binds its p
 ``connection`` and ``queues`` when they are imported, and pickles everything into one bytes
 object before writing it. A :class:`BlpickleContext` instead hands out its own
 :class:`Connection` (``send``/``recv`` overridden), and queues built on it; nothing global
-changes. ``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from the
+changes (beyond telling ``ForkingPickler`` how that Connection class pickles). ``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from the
 standard ``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in place
 when the executor passes it to its first worker, so arguments travel with blpickle too.
 
