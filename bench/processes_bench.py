@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import functools
 import gc
 import json
 import logging
@@ -191,8 +192,9 @@ def run_loky(sizes: list[int]) -> list[dict[str, Any]]:
                     (bl_loky.enable if name == "blpickle" else bl_loky.disable)()
                     with Parallel(n_jobs=2, max_nbytes=max_nbytes) as parallel:
                         parallel(delayed(identity)(a) for a in [np.arange(10)] * 8)  # both workers warm
-                        seconds = best_time(lambda: parallel([delayed(identity)(array)]), repeats_for(nbytes))
-                        check_same(array, parallel([delayed(identity)(array)])[0])
+                        task = [delayed(identity)(array)]
+                        seconds = best_time(functools.partial(parallel, task), repeats_for(nbytes))
+                        check_same(array, parallel(task)[0])
                     row[name] = {"round_trip_s": seconds}
                 bl_loky.disable()
                 row["speedup"] = row["default"]["round_trip_s"] / row["blpickle"]["round_trip_s"]

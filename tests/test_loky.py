@@ -16,10 +16,10 @@ from test_multiprocessing import check_objects, sample_objects
 
 pytest.importorskip("joblib")
 
-from joblib import Parallel, delayed  # noqa: E402
-from joblib.externals.loky.backend import reduction as loky_reduction  # noqa: E402
+from joblib import Parallel, delayed
+from joblib.externals.loky.backend import reduction as loky_reduction
 
-from blpickle.integrations import loky as bl_loky  # noqa: E402
+from blpickle.integrations import loky as bl_loky
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

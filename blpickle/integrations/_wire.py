@@ -75,7 +75,7 @@ class WireOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.options, Options):
             raise OptionsError(f"options must be a blpickle.Options, not {type(self.options).__name__}")
-        if self.compress not in _COMPRESS_CHOICES or isinstance(self.compress, int) and not isinstance(self.compress, bool):
+        if self.compress not in _COMPRESS_CHOICES or (isinstance(self.compress, int) and not isinstance(self.compress, bool)):
             raise OptionsError(f"compress must be 'auto', True or False, not {self.compress!r}")
         for name in ("min_size", "inband_size"):
             value = getattr(self, name)
