@@ -69,3 +69,12 @@ __all__ = [
 from .integrations import register_joblib as _register_joblib
 
 _register_joblib()  # joblib.dump(obj, f, compress="blosc") and Memory(backend="blpickle")
+
+
+def __getattr__(name: str) -> object:
+    """``blpickle.multiprocessing``: the multiprocessing integration, imported on first use."""
+    if name == "multiprocessing":
+        from .integrations import multiprocessing
+
+        return multiprocessing
+    raise AttributeError(f"module 'blpickle' has no attribute {name!r}")

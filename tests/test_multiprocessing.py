@@ -377,7 +377,7 @@ def test_functions_and_lambdas_defined_in_main(tmp_path):
 def test_forked_workers_never_hang_on_blosc2_threads(tmp_path):
     """Workers forked while the parent holds a live multi-threaded Blosc2 global context and
     compresses in threads (core dump/load, global blosc2.compress) receive and send compressed
-    arrays: blpickle's transfers only use single-threaded Blosc2 contexts."""
+    arrays, and dump and load: blpickle only uses single-threaded Blosc2 contexts."""
     out = run_script(
         tmp_path,
         """
@@ -397,8 +397,8 @@ def test_forked_workers_never_hang_on_blosc2_threads(tmp_path):
                 blpickle.loads(blpickle.dumps(data, nthreads=2, chunk_size=1 << 18), nthreads=2)
                 blosc2.decompress(blosc2.compress(data, typesize=8))
 
-        def work(a):
-            return a * 2
+        def work(a):  # the core dump/load in the child too
+            return blpickle.loads(blpickle.dumps(a * 2, nthreads=2, chunk_size=1 << 18), nthreads=2)
 
         if __name__ == "__main__":
             threads = [threading.Thread(target=churn) for _ in range(2)]
