@@ -108,7 +108,7 @@ class Options:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the options as a JSON-compatible dict."""
-        return dataclasses.asdict(self)
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Options:
