@@ -75,9 +75,7 @@ def _blpickle(name: str, nthreads: int | None, **options: Any) -> Method:
     )
 
 
-def methods(
-    nthreads: int | None = None, custom: Mapping[str, Any] | None = None
-) -> tuple[list[Method], list[str]]:
+def methods(nthreads: int | None = None, custom: Mapping[str, Any] | None = None) -> tuple[list[Method], list[str]]:
     """Return the methods to compare (pickle first: it sets the reference size of objects
     that are not arrays) and notes on the ones left out."""
     from .options import PRESETS
@@ -93,23 +91,17 @@ def methods(
     except ImportError:
         notes.append("joblib is not installed: pip install joblib to compare with it")
         return found, notes
-    found.append(
-        Method("joblib zlib 3", lambda o, p: joblib.dump(o, p, compress=("zlib", 3)), joblib.load)
-    )
+    found.append(Method("joblib zlib 3", lambda o, p: joblib.dump(o, p, compress=("zlib", 3)), joblib.load))
     try:
         import lz4  # noqa: F401
     except ImportError:
         notes.append("lz4 is not installed: pip install lz4 to compare with joblib's lz4")
     else:
-        found.append(
-            Method("joblib lz4", lambda o, p: joblib.dump(o, p, compress="lz4"), joblib.load)
-        )
+        found.append(Method("joblib lz4", lambda o, p: joblib.dump(o, p, compress="lz4"), joblib.load))
     from .integrations import register_joblib
 
     if register_joblib():
-        found.append(
-            Method("joblib blosc", lambda o, p: joblib.dump(o, p, compress="blosc"), joblib.load)
-        )
+        found.append(Method("joblib blosc", lambda o, p: joblib.dump(o, p, compress="blosc"), joblib.load))
     return found, notes
 
 
@@ -126,11 +118,7 @@ def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
 
 def _same(expected: Any, actual: Any) -> bool | None:
     if isinstance(expected, np.ndarray):
-        return (
-            isinstance(actual, np.ndarray)
-            and actual.dtype == expected.dtype
-            and np.array_equal(actual, expected)
-        )
+        return isinstance(actual, np.ndarray) and actual.dtype == expected.dtype and np.array_equal(actual, expected)
     return None  # not checked
 
 
@@ -216,8 +204,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for n, cells in enumerate((header, *lines)):
         out.append(
             "  ".join(
-                f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+                f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths, strict=True))
             )
         )
         if not n:

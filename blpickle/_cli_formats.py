@@ -67,9 +67,7 @@ ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 #: How much of a pickle file is read to list the globals it imports.
 PICKLE_SCAN_SIZE = 1 << 20
 #: Opcodes a protocol 0 or 1 pickle can start with.
-_OLD_PICKLE_STARTS = frozenset(
-    op.code.encode("latin-1") for op in pickletools.opcodes if op.proto <= 1
-)
+_OLD_PICKLE_STARTS = frozenset(op.code.encode("latin-1") for op in pickletools.opcodes if op.proto <= 1)
 
 
 class UsageError(Exception):
@@ -178,9 +176,7 @@ def _sniff_pickle(head: bytes, protocol: int | None) -> Detected:
     }
     if any(name.startswith("joblib.numpy_pickle.") for name in found):
         details["compressor"] = None
-        return Detected(
-            "joblib", "a joblib file (uncompressed: a pickle with joblib's array records)", details
-        )
+        return Detected("joblib", "a joblib file (uncompressed: a pickle with joblib's array records)", details)
     version = f"protocol {protocol}" if protocol is not None else "protocol 0 or 1"
     return Detected("pickle", f"a plain pickle ({version}), not a blpickle record", details)
 
@@ -189,11 +185,7 @@ def _sniff_npy(head: bytes) -> Detected:
     try:
         stream = io.BytesIO(head)
         version = npy_format.read_magic(stream)
-        reader = (
-            npy_format.read_array_header_1_0
-            if version == (1, 0)
-            else npy_format.read_array_header_2_0
-        )
+        reader = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
         shape, fortran_order, dtype = reader(stream)
     except Exception as exc:  # numpy raises ValueError, but a cut header can raise others
         return Detected("npy", f"a damaged .npy file ({exc})", {"error": str(exc)})
@@ -226,11 +218,7 @@ def _npz_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo) -> dict[str, 
     with archive.open(member) as stream:
         try:
             version = npy_format.read_magic(stream)
-            reader = (
-                npy_format.read_array_header_1_0
-                if version == (1, 0)
-                else npy_format.read_array_header_2_0
-            )
+            reader = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
             shape, _, dtype = reader(stream)
         except Exception as exc:  # report any damaged member
             out["error"] = str(exc)
@@ -248,9 +236,7 @@ def _need_joblib() -> Any:
     try:
         import joblib
     except ImportError:
-        raise ConversionError(
-            "joblib files need joblib, which is not installed: pip install joblib"
-        ) from None
+        raise ConversionError("joblib files need joblib, which is not installed: pip install joblib") from None
     from .integrations import register_joblib
 
     register_joblib()  # so that files compressed with "blosc" load
@@ -288,9 +274,7 @@ def read_object(
         return obj, notes
     if format == "joblib":
         if safe or allowed:
-            raise UsageError(
-                "--safe/--allow cannot restrict joblib.load: it has no restricted mode"
-            )
+            raise UsageError("--safe/--allow cannot restrict joblib.load: it has no restricted mode")
         joblib = _need_joblib()
         return joblib.load(path), notes
     if format == "npy":
@@ -314,13 +298,10 @@ def _plain_array(value: Any, where: str, target: str) -> np.ndarray:
             if target == ".npy"
             else (" (use .blp/.pkl for any object)")
         )
-        raise ConversionError(
-            f"{target} holds only numpy arrays, but {where} is {_describe(value)}{hint}"
-        )
+        raise ConversionError(f"{target} holds only numpy arrays, but {where} is {_describe(value)}{hint}")
     if value.dtype.hasobject:
         raise ConversionError(
-            f"{where} is an array of Python objects: {target} can only store it as a pickle; "
-            "use .blp or .pkl"
+            f"{where} is an array of Python objects: {target} can only store it as a pickle; use .blp or .pkl"
         )
     return value
 
@@ -395,9 +376,7 @@ def write_object(
             f"the output is a {format} file"
         )
     if compress is not None and format not in ("joblib", "npz"):
-        raise UsageError(
-            f"--compress applies to joblib and npz output only; the output is a {format} file"
-        )
+        raise UsageError(f"--compress applies to joblib and npz output only; the output is a {format} file")
     if format == "blpickle":
         blpickle_dump(obj, path, protocol, key=key, **options)
     elif format == "pickle":

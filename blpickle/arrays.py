@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import CorruptError
 
-__all__ = ["reduce_ndarray", "rebuild_ndarray"]
+__all__ = ["rebuild_ndarray", "reduce_ndarray"]
 
 
 def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str) -> np.ndarray:

@@ -150,9 +150,7 @@ def parse_size(text: str) -> int:
     try:
         return int(float(number) * units[unit])
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a size: {text!r} (examples: 4096, 512K, 8M)"
-        ) from None
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 4096, 512K, 8M)") from None
 
 
 def _read_key(args: argparse.Namespace) -> bytes | None:
@@ -205,16 +203,12 @@ class Progress:
     """A progress bar over named steps on stderr: shown only when stderr is a terminal, tqdm
     is installed and the work takes more than a second."""
 
-    def __init__(
-        self, total: int, description: str, enabled: bool = True, stream: TextIO | None = None
-    ) -> None:
+    def __init__(self, total: int, description: str, enabled: bool = True, stream: TextIO | None = None) -> None:
         stream = stream or sys.stderr
         tqdm = _tqdm() if enabled and stream.isatty() else None
         self._bar = None
         if tqdm is not None:
-            self._bar = tqdm(
-                total=total, desc=description, unit="step", delay=1.0, leave=False, file=stream
-            )
+            self._bar = tqdm(total=total, desc=description, unit="step", delay=1.0, leave=False, file=stream)
         self._started = False
 
     def step(self, label: str) -> None:
@@ -267,9 +261,7 @@ def read_records(path: str, key: bytes | None = None) -> tuple[list[RecordInfo],
                 records.append(inspect(file, key=key))
             except LoadError as exc:
                 if records:
-                    exc.add_note(
-                        f"(in record {len(records) + 1} of the file; the records before it are intact)"
-                    )
+                    exc.add_note(f"(in record {len(records) + 1} of the file; the records before it are intact)")
                 raise
             position = file.tell()
             if position >= size:
@@ -297,15 +289,11 @@ def _record_lines(info: RecordInfo) -> list[str]:
         f"({human_size(info.pickle_stored)} stored)",
     ]
     if info.external:
-        lines.append(
-            f"  out-of-band buffers kept by the writer (pass them as buffers= on load): {info.external}"
-        )
+        lines.append(f"  out-of-band buffers kept by the writer (pass them as buffers= on load): {info.external}")
     if info.buffers:
         raw = sum(b.nbytes for b in info.buffers)
         stored = sum(b.stored for b in info.buffers)
-        lines.append(
-            f"  buffers: {len(info.buffers)}, {human_size(raw)} ({human_size(stored)} stored)"
-        )
+        lines.append(f"  buffers: {len(info.buffers)}, {human_size(raw)} ({human_size(stored)} stored)")
         rows = [("#", "dtype", "shape", "raw", "stored", "ratio", "chunks")]
         for n, b in enumerate(info.buffers):
             shape = (
@@ -327,8 +315,7 @@ def _record_lines(info: RecordInfo) -> list[str]:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for row in rows:
             cells = [
-                f"{c:<{w}}" if i in (1, 2) else f"{c:>{w}}"
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+                f"{c:<{w}}" if i in (1, 2) else f"{c:>{w}}" for i, (c, w) in enumerate(zip(row, widths, strict=True))
             ]
             lines.append("    " + "  ".join(cells).rstrip())
     else:
@@ -386,9 +373,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             _warn("info", "a key checks blpickle records only: ignored")
         doc.update(detected.details)
         doc.pop("readable_ops", None)
-        known = (
-            detected.format not in ("unknown", "empty", "zip") and "error" not in detected.details
-        )
+        known = detected.format not in ("unknown", "empty", "zip") and "error" not in detected.details
         if args.json:
             _print_json(doc)
         else:
@@ -419,9 +404,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         for line in _record_lines(record):
             print(line)
     if trailing:
-        print(
-            f"  then {human_size(trailing)} that are not a blpickle record (plain pickle data, say)"
-        )
+        print(f"  then {human_size(trailing)} that are not a blpickle record (plain pickle data, say)")
     return EXIT_OK
 
 
@@ -441,9 +424,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         "signature_checked": key is not None,
     }
     if detected.format != "blpickle":
-        message = (
-            f"{path} is {detected.description}: only blpickle records carry checksums to verify"
-        )
+        message = f"{path} is {detected.description}: only blpickle records carry checksums to verify"
         doc.update(error=message, error_type="NotARecord")
         if args.json:
             _print_json(doc)
@@ -476,9 +457,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         what = f"{_plural(len(records), 'record')}, {_plural(buffers, 'buffer')} in {_plural(chunks, 'chunk')}"
         signature = (
-            "; signature ok"
-            if key is not None
-            else ("; signed (pass a key to check it)" if any(doc["signed"]) else "")
+            "; signature ok" if key is not None else ("; signed (pass a key to check it)" if any(doc["signed"]) else "")
         )
         print(f"{path}: ok ({what}, every checksum matches{signature})")
     if trailing:
@@ -494,12 +473,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _add_codec_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "blpickle codec options (blpickle output; defaults: the preset's)"
-    )
-    group.add_argument(
-        "--preset", choices=list(PRESETS), help="start from a named preset (default: default)"
-    )
+    group = parser.add_argument_group("blpickle codec options (blpickle output; defaults: the preset's)")
+    group.add_argument("--preset", choices=list(PRESETS), help="start from a named preset (default: default)")
     group.add_argument(
         "--codec",
         choices=["zstd", "lz4", "lz4hc", "blosclz", "zlib", "none"],
@@ -517,9 +492,7 @@ def _add_codec_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Blosc2's bytedelta filter after the shuffle",
     )
-    group.add_argument(
-        "--chunk-size", type=parse_size, metavar="SIZE", help="bytes per chunk, e.g. 8M (4K to 1G)"
-    )
+    group.add_argument("--chunk-size", type=parse_size, metavar="SIZE", help="bytes per chunk, e.g. 8M (4K to 1G)")
     group.add_argument(
         "--pickler",
         choices=["pickle", "cloudpickle"],
@@ -597,9 +570,7 @@ def _input_format(path: str, given: str | None) -> str:
         return given
     detected = sniff(path)
     if detected.format not in FORMATS:
-        raise ConversionError(
-            f"cannot tell what {path} is ({detected.description}): pass --from to say"
-        )
+        raise ConversionError(f"cannot tell what {path} is ({detected.description}): pass --from to say")
     return detected.format
 
 
@@ -615,8 +586,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     target_format = args.to_format or format_for_path(target)
     if target_format is None:
         raise UsageError(
-            f"cannot tell the output format from {target!r}: pass --to, or name it "
-            ".blp, .pkl, .joblib, .npy or .npz"
+            f"cannot tell the output format from {target!r}: pass --to, or name it .blp, .pkl, .joblib, .npy or .npz"
         )
     if os.path.exists(target) and not args.force:
         raise UsageError(f"{target} exists: pass --force to replace it")
@@ -624,13 +594,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise UsageError(f"{target}: is a directory")
     source_format = _input_format(source, args.from_format)
     if key is not None and "blpickle" not in (source_format, target_format):
-        raise UsageError(
-            "a key checks blpickle input and signs blpickle output; neither is blpickle here"
-        )
+        raise UsageError("a key checks blpickle input and signs blpickle output; neither is blpickle here")
     if target_format != "blpickle" and options:
-        raise UsageError(
-            f"codec options apply to blpickle output only; the output is a {target_format} file"
-        )
+        raise UsageError(f"codec options apply to blpickle output only; the output is a {target_format} file")
     nthreads = args.nthreads
     with Progress(2, "convert", enabled=not args.no_progress) as progress:
         progress.step(f"reading {source_format}")
@@ -674,9 +640,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                 f"cannot write {target} as {target_format}: {type(exc).__name__}: {_error_text(exc)}"
             ) from None
     in_size, out_size = os.path.getsize(source), os.path.getsize(target)
-    print(
-        f"{source} ({source_format}, {human_size(in_size)}) -> {target} ({target_format}, {human_size(out_size)})"
-    )
+    print(f"{source} ({source_format}, {human_size(in_size)}) -> {target} ({target_format}, {human_size(out_size)})")
     return EXIT_OK
 
 
@@ -721,9 +685,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for note in notes:
         _warn("bench", note)
     rows = []
-    with Progress(
-        len(objects) * len(contenders), "bench", enabled=not args.no_progress
-    ) as progress:
+    with Progress(len(objects) * len(contenders), "bench", enabled=not args.no_progress) as progress:
         for row in bench.run(objects, contenders, args.dir, repeat, progress.step):
             rows.append(row)
     machine = _machine()
@@ -752,9 +714,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         reference = next((r["nbytes"] for r in own if "nbytes" in r), None)
         label = descriptions.get(name, name) if args.file is None else name
         size = f"{human_size(reference)}" if reference is not None else "?"
-        basis = (
-            "" if hasattr(obj, "nbytes") and not isinstance(obj, dict) else " (its pickle's size)"
-        )
+        basis = "" if hasattr(obj, "nbytes") and not isinstance(obj, dict) else " (its pickle's size)"
         print(f"\n{label}, {size}{basis}")
         print(bench.format_table(own))
     return EXIT_OK
@@ -804,24 +764,16 @@ def build_parser() -> argparse.ArgumentParser:
     info = add("info", "show what a file holds, without unpickling it", INFO_EPILOG)
     info.add_argument("file", metavar="FILE")
     info.add_argument("--json", action="store_true", help="print JSON for scripts")
-    _add_key_options(
-        info, "also check the signature with the key in this file (its bytes as they are)"
-    )
+    _add_key_options(info, "also check the signature with the key in this file (its bytes as they are)")
     info.set_defaults(run=cmd_info)
 
-    verify = add(
-        "verify", "check every checksum of a blpickle file (and its signature)", VERIFY_EPILOG
-    )
+    verify = add("verify", "check every checksum of a blpickle file (and its signature)", VERIFY_EPILOG)
     verify.add_argument("file", metavar="FILE")
     verify.add_argument("--json", action="store_true", help="print JSON for scripts")
-    _add_key_options(
-        verify, "check the signature with the key in this file (its bytes as they are)"
-    )
+    _add_key_options(verify, "check the signature with the key in this file (its bytes as they are)")
     verify.set_defaults(run=cmd_verify)
 
-    convert = add(
-        "convert", "convert between pickle, joblib, npy, npz and blpickle files", CONVERT_EPILOG
-    )
+    convert = add("convert", "convert between pickle, joblib, npy, npz and blpickle files", CONVERT_EPILOG)
     convert.add_argument("input", metavar="IN")
     convert.add_argument("output", metavar="OUT")
     convert.add_argument(
@@ -854,25 +806,17 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(run=cmd_convert)
 
     bench = add("bench", "time dump/load against pickle and joblib", BENCH_EPILOG)
-    bench.add_argument(
-        "file", metavar="FILE", nargs="?", help="time this file's object (default: sample datasets)"
-    )
+    bench.add_argument("file", metavar="FILE", nargs="?", help="time this file's object (default: sample datasets)")
     bench.add_argument("--quick", action="store_true", help="8 MB datasets, one run each")
-    bench.add_argument(
-        "--size-mb", type=float, metavar="MB", help="size of each sample dataset (default: 80)"
-    )
-    bench.add_argument(
-        "--repeat", type=int, metavar="N", help="best of N runs (default: 3, 1 with --quick)"
-    )
+    bench.add_argument("--size-mb", type=float, metavar="MB", help="size of each sample dataset (default: 80)")
+    bench.add_argument("--repeat", type=int, metavar="N", help="best of N runs (default: 3, 1 with --quick)")
     bench.add_argument(
         "--only",
         nargs="+",
         metavar="WORD",
         help="only the methods whose names contain one of these words",
     )
-    bench.add_argument(
-        "--dir", metavar="DIR", help="where to write the files (default: the temporary directory)"
-    )
+    bench.add_argument("--dir", metavar="DIR", help="where to write the files (default: the temporary directory)")
     bench.add_argument("--json", action="store_true", help="print JSON for scripts")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_load_options(bench, "FILE")
@@ -900,9 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and usage errors
-        return (
-            exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_USAGE
-        )
+        return exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_USAGE
     try:
         with _quiet_broken_pipe():
             return args.run(args)
@@ -915,9 +857,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             return EXIT_FAILED
-        _error(
-            args.command, f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}"
-        )
+        _error(args.command, f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
         return EXIT_FAILED
     except KeyboardInterrupt:
         _error(args.command, "interrupted")

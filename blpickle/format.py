@@ -56,7 +56,7 @@ _MASK64 = (1 << 64) - 1
 
 def damaged_magic(head: bytes) -> bool:
     """True for input that starts almost like a record: a damaged record, not pickle data."""
-    return sum(a == b for a, b in zip(head, MAGIC)) >= len(MAGIC) // 2
+    return sum(a == b for a, b in zip(head, MAGIC, strict=False)) >= len(MAGIC) // 2
 
 
 def checksum(data: Any, seed: int = 0) -> int:
@@ -232,8 +232,10 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
         raise CorruptError(f"{where}: dtype must be a string")
     shape = doc.get("shape")
     if shape is not None:
-        if not isinstance(shape, list) or len(shape) > MAX_NDIM or any(
-            not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in shape
+        if (
+            not isinstance(shape, list)
+            or len(shape) > MAX_NDIM
+            or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in shape)
         ):
             raise CorruptError(f"{where}: shape must be a list of at most {MAX_NDIM} sizes")
         shape = tuple(shape)
@@ -276,7 +278,7 @@ class FrameIndex:
         """
         doc = _unpack(data, "trailer")
         lists = [_get(doc, key, list, "trailer") for key in ("offsets", "csizes", "checksums")]
-        for key, values in zip(("offsets", "csizes", "checksums"), lists):
+        for key, values in zip(("offsets", "csizes", "checksums"), lists, strict=True):
             if len(values) != nframes:
                 raise CorruptError(f"trailer: '{key}' lists {len(values)} frames, the header implies {nframes}")
             if any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MASK64 for v in values):

@@ -8,8 +8,8 @@ import io
 import pickle
 import pickletools
 from collections import deque
-from contextlib import ExitStack
 from collections.abc import Iterable
+from contextlib import ExitStack
 from typing import Any, BinaryIO
 
 from . import format as fmt
@@ -117,7 +117,7 @@ def inspect(
         stored = _stored_sizes(header.streams, index.csizes)
         buffers = tuple(
             BufferInfo(s.nbytes, size, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape, s.splice)
-            for s, size in zip(header.streams[1:], stored[1:])
+            for s, size in zip(header.streams[1:], stored[1:], strict=True)
         )
         return RecordInfo(
             version=f"{fmt.VERSION_MAJOR}.{reader.minor}",
@@ -135,7 +135,7 @@ def inspect(
 
 def _open(file: Any, stack: ExitStack) -> Source:
     if is_path(file):
-        file = stack.enter_context(open(file, "rb"))
+        file = stack.enter_context(open(file, "rb"))  # noqa: SIM115 - closed by the caller's stack
     if not hasattr(file, "read"):
         return MemorySource(file)
     mapped = map_file(file, "r")
@@ -185,7 +185,9 @@ def pickle_globals(data: Any, splices: Iterable[tuple[int, int]] = ()) -> tuple[
                 found[arg.replace(" ", ".", 1)] = None
             elif name == "STACK_GLOBAL":
                 module, qualname = pushed
-                found[f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else "<computed>"] = None
+                found[
+                    f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else "<computed>"
+                ] = None
             elif name in _EXT_OPS:
                 module, qualname = copyreg._inverted_registry.get(arg, ("<extension>", str(arg)))
                 found[f"{module}.{qualname}"] = None
@@ -202,7 +204,11 @@ def pickle_globals(data: Any, splices: Iterable[tuple[int, int]] = ()) -> tuple[
 
 
 _SIZE_FIELDS = {
-    pickle.BINBYTES8[0]: 8, pickle.BINUNICODE8[0]: 8, pickle.BYTEARRAY8[0]: 8, pickle.BINBYTES[0]: 4, pickle.BINUNICODE[0]: 4,
+    pickle.BINBYTES8[0]: 8,
+    pickle.BINUNICODE8[0]: 8,
+    pickle.BYTEARRAY8[0]: 8,
+    pickle.BINBYTES[0]: 4,
+    pickle.BINUNICODE[0]: 4,
 }
 
 
@@ -210,7 +216,11 @@ def _empty_payload(data: bytearray, offset: int, size: int) -> None:
     """Set to 0 the size field of the payload opcode that ends at ``offset``."""
     for width in (8, 4):
         start = offset - width - 1
-        if start >= 0 and _SIZE_FIELDS.get(data[start]) == width and int.from_bytes(data[start + 1 : offset], "little") == size:
+        if (
+            start >= 0
+            and _SIZE_FIELDS.get(data[start]) == width
+            and int.from_bytes(data[start + 1 : offset], "little") == size
+        ):
             data[start + 1 : offset] = bytes(width)
             return
     raise CorruptError(f"no payload opcode of {size} bytes ends at offset {offset} of the pickle")

@@ -410,7 +410,9 @@ class _Prefixed:
         self._file = file
 
     def read(self, size: int = -1) -> bytes:
-        head, self._prefix = (self._prefix, b"") if size < 0 or size >= len(self._prefix) else (self._prefix[:size], self._prefix[size:])
+        head, self._prefix = (
+            (self._prefix, b"") if size < 0 or size >= len(self._prefix) else (self._prefix[:size], self._prefix[size:])
+        )
         if size < 0:
             return head + self._file.read()
         return head + (self._file.read(size - len(head)) if size > len(head) else b"")
@@ -505,8 +507,16 @@ def load(
         if is_path(file):
             file = stack.enter_context(open(file, "r+b" if mmap_mode == "r+" else "rb"))
         unpickler = Unpickler(
-            file, fix_imports=fix_imports, encoding=encoding, errors=errors,
-            buffers=buffers, mmap_mode=mmap_mode, nthreads=nthreads, safe=safe, allowed=allowed, key=key,
+            file,
+            fix_imports=fix_imports,
+            encoding=encoding,
+            errors=errors,
+            buffers=buffers,
+            mmap_mode=mmap_mode,
+            nthreads=nthreads,
+            safe=safe,
+            allowed=allowed,
+            key=key,
         )
         return unpickler.load()
 

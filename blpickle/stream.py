@@ -142,16 +142,26 @@ def write_record(
             packed = blosc2.compress2(piece, **cparams)
         except Exception as exc:
             raise DumpError(f"Blosc2 could not compress a chunk of {len(piece)} bytes: {exc}") from exc
-        return packed, fmt.checksum(packed, fmt.frame_seed(header_checksum, frame)), fmt.frame_digest(packed) if sign else None
+        return (
+            packed,
+            fmt.checksum(packed, fmt.frame_seed(header_checksum, frame)),
+            fmt.frame_digest(packed) if sign else None,
+        )
 
     for info, payload in zip(header.streams, payloads, strict=True):
         if info.raw:
-            frames = [_write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), sign)] if info.nbytes else []
+            frames = (
+                [_write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), sign)]
+                if info.nbytes
+                else []
+            )
         else:
             cparams = cparams_by_itemsize.get(info.itemsize) or cparams_by_itemsize.setdefault(
                 info.itemsize, options.blosc2_cparams(info.itemsize)
             )
-            jobs = ((frame, piece, cparams) for frame, piece in enumerate(payload.chunks(info.chunk_size), start=len(index)))
+            jobs = (
+                (frame, piece, cparams) for frame, piece in enumerate(payload.chunks(info.chunk_size), start=len(index))
+            )
             frames = (
                 _write_frame(out, packed, checksum, digest)
                 for packed, checksum, digest in map_ordered(compress, jobs, info.nchunks, threads)
@@ -361,9 +371,13 @@ class RecordReader:
         """
         info = self.next_stream()
         if info is None:
-            raise CorruptError(f"the pickle asks for more out-of-band data than the record's {len(self.header.streams) - 1} streams")
+            raise CorruptError(
+                f"the pickle asks for more out-of-band data than the record's {len(self.header.streams) - 1} streams"
+            )
         if into is not None and into.nbytes != info.nbytes:
-            raise CorruptError(f"stream {self._consumed} holds {info.nbytes} bytes, the pickle expects {into.nbytes} there")
+            raise CorruptError(
+                f"stream {self._consumed} holds {info.nbytes} bytes, the pickle expects {into.nbytes} there"
+            )
         if self._preloaded is not None:
             self._consumed += 1
             data = self._preloaded.popleft()
@@ -405,7 +419,9 @@ class RecordReader:
         :class:`SplicedPickle` where the pickle reaches them)."""
         while (info := self.next_stream()) is not None:
             if info.splice is not None:
-                raise CorruptError(f"stream {self._consumed} is a splice where the pickle expects an out-of-band buffer")
+                raise CorruptError(
+                    f"stream {self._consumed} is a splice where the pickle expects an out-of-band buffer"
+                )
             yield self.read_stream()
 
     def finish(self) -> fmt.FrameIndex:
@@ -416,7 +432,10 @@ class RecordReader:
             CorruptError, ChecksumError, TruncatedError, LimitError, SignatureError.
         """
         if self._next_stream < len(self.header.streams):
-            raise CorruptError(f"the pickle used {self._next_stream - 1} out-of-band streams, the record holds {len(self.header.streams) - 1}")
+            raise CorruptError(
+                f"the pickle used {self._next_stream - 1} out-of-band streams, "
+                f"the record holds {len(self.header.streams) - 1}"
+            )
         source = self._source
         size = fmt.U64.unpack(source.read(fmt.U64.size, "the trailer size"))[0]
         if size > fmt.MAX_TRAILER_SIZE:
@@ -430,7 +449,11 @@ class RecordReader:
         if footer_size != size or end_magic != fmt.END_MAGIC:
             raise CorruptError(f"the footer at offset {source.pos - fmt.FOOTER.size} does not match the trailer")
         index = fmt.FrameIndex.decode(trailer, len(self.index))
-        if (index.offsets, index.csizes, index.checksums) != (self.index.offsets, self.index.csizes, self.index.checksums):
+        if (index.offsets, index.csizes, index.checksums) != (
+            self.index.offsets,
+            self.index.csizes,
+            self.index.checksums,
+        ):
             raise CorruptError("the trailer's frame index does not match the frames read")
         if self._key is not None:
             expected = fmt.signature(self._key, self._head, self._digests)
@@ -485,7 +508,9 @@ class RecordReader:
             offset = source.pos
             csize = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
             if not fmt.BLOSC2_MIN_CHUNK <= csize <= stop - start + fmt.BLOSC2_MAX_OVERHEAD:
-                raise CorruptError(f"{what} at offset {offset} declares {csize} compressed bytes for {stop - start} bytes of data")
+                raise CorruptError(
+                    f"{what} at offset {offset} declares {csize} compressed bytes for {stop - start} bytes of data"
+                )
             packed = source.read(csize, what)
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, len(self.index))
@@ -516,7 +541,11 @@ class RecordReader:
             out = into if into is not None else _allocate(size if keep else min(size, _RAW_READ_SIZE), number)
             hasher = xxhash.xxh3_64(seed=seed)
             for start in range(0, size, _RAW_READ_SIZE):
-                piece = memoryview(out).cast("B")[start : start + _RAW_READ_SIZE] if keep else memoryview(out)[: min(_RAW_READ_SIZE, size - start)]
+                piece = (
+                    memoryview(out).cast("B")[start : start + _RAW_READ_SIZE]
+                    if keep
+                    else memoryview(out)[: min(_RAW_READ_SIZE, size - start)]
+                )
                 source.readinto(piece, what)
                 hasher.update(piece)
                 if signer is not None:
@@ -588,7 +617,9 @@ def _allocate(nbytes: int, number: int) -> np.ndarray:
         raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
 
 
-def unpack_chunk(packed: Any, stored: int, seed: int, nbytes: int, dst: memoryview | None, what: str, offset: int) -> None:
+def unpack_chunk(
+    packed: Any, stored: int, seed: int, nbytes: int, dst: memoryview | None, what: str, offset: int
+) -> None:
     """Check one stored Blosc2 chunk, then decompress it into ``dst`` (unless None).
 
     In this order: its checksum (before anything reaches Blosc2), then that the chunk header
@@ -603,7 +634,9 @@ def unpack_chunk(packed: Any, stored: int, seed: int, nbytes: int, dst: memoryvi
         raise ChecksumError(what, offset, stored, computed)
     declared, cbytes, _ = blosc2.get_cbuffer_sizes(packed)
     if declared != nbytes or cbytes != len(packed):
-        raise CorruptError(f"{what} at offset {offset} holds {declared} bytes in {cbytes}, expected {nbytes} in {len(packed)}")
+        raise CorruptError(
+            f"{what} at offset {offset} holds {declared} bytes in {cbytes}, expected {nbytes} in {len(packed)}"
+        )
     if dst is not None:
         try:
             blosc2.decompress2(packed, dst=dst, nthreads=1)  # the default spawns a thread pool per call

@@ -31,7 +31,7 @@ def split(data: bytes) -> Parts:
     header_size = fmt.decode_preamble(data[: fmt.PREAMBLE.size])[2]
     header = msgpack.unpackb(data[fmt.PREAMBLE.size : fmt.PREAMBLE.size + header_size])
     raw = [s.raw for s in reader.header.streams for _ in range(s.nchunks)]
-    payloads = [data[o + 8 : o + 8 + c] for o, c in zip(index.offsets, index.csizes)]
+    payloads = [data[o + 8 : o + 8 + c] for o, c in zip(index.offsets, index.csizes, strict=True)]
     trailer_start = len(data) - fmt.FOOTER.size - fmt.FOOTER.unpack(data[-fmt.FOOTER.size :])[0]
     return Parts(flags, header, payloads, raw, msgpack.unpackb(data[trailer_start : len(data) - fmt.FOOTER.size]))
 
@@ -44,7 +44,7 @@ def join(parts: Parts, trailer: dict[str, Any] | None = None) -> bytes:
     header_checksum = fmt.checksum(head)
     out = bytearray(head + fmt.U64.pack(header_checksum))
     index = fmt.FrameIndex(signature=parts.trailer.get("signature"))
-    for number, (payload, raw) in enumerate(zip(parts.payloads, parts.raw)):
+    for number, (payload, raw) in enumerate(zip(parts.payloads, parts.raw, strict=True)):
         if raw:
             out += bytes(fmt.raw_padding(len(out)))
         checksum = fmt.checksum(payload, fmt.frame_seed(header_checksum, number))

@@ -28,9 +28,7 @@ from blpickle.integrations import register_joblib
 joblib = pytest.importorskip("joblib")
 
 
-def run(
-    *args: object, env: dict[str, str] | None = None, prelude: str = ""
-) -> subprocess.CompletedProcess:
+def run(*args: object, env: dict[str, str] | None = None, prelude: str = "") -> subprocess.CompletedProcess:
     """Run ``python -m blpickle ARGS``; ``prelude`` is Python run first in the same process
     (to hide an optional module)."""
     argv = [str(a) for a in args]
@@ -150,9 +148,7 @@ def test_help_shows_commands_and_examples():
         assert word in result.stdout
     result = run("convert", "--help")
     assert result.returncode == 0
-    assert (
-        "--safe" in result.stdout and "--preset" in result.stdout and "examples:" in result.stdout
-    )
+    assert "--safe" in result.stdout and "--preset" in result.stdout and "examples:" in result.stdout
 
 
 def test_version_and_usage_errors(call):
@@ -170,9 +166,7 @@ def test_console_script_is_installed(files):
     assert entry.value == "blpickle.cli:main"
     script = Path(sys.executable).parent / "blpickle"
     assert script.exists(), "reinstall: pip install -e ."
-    result = subprocess.run(
-        [script, "verify", files["x.blp"]], capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run([script, "verify", files["x.blp"]], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "ok" in result.stdout
 
 
@@ -193,9 +187,7 @@ def test_info_describes_a_record(files):
 def test_info_json_and_nothing_unpickled(tmp_path):
     marker = tmp_path / "ran"
     path = tmp_path / "marked.blp"
-    blpickle.dump(
-        {"m": Marker(str(marker)), "a": np.arange(100_000, dtype=np.int32)}, path, codec="lz4"
-    )
+    blpickle.dump({"m": Marker(str(marker)), "a": np.arange(100_000, dtype=np.int32)}, path, codec="lz4")
     result, doc = run_json("info", path)
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
@@ -224,9 +216,7 @@ def test_info_on_an_npz_file(files):
     result = run("info", files["a.npz"])
     assert result.returncode == 0, result.stderr
     assert (
-        "2 arrays" in result.stdout
-        and "x: int64 (10,)" in result.stdout
-        and "y: float32 (300, 300)" in result.stdout
+        "2 arrays" in result.stdout and "x: int64 (10,)" in result.stdout and "y: float32 (300, 300)" in result.stdout
     )
 
 
@@ -287,9 +277,7 @@ def test_verify_ok_and_json(call, files):
     result = call("verify", files["x.blp"], json_output=True)
     assert result.returncode == 0
     doc = json.loads(result.stdout)
-    assert (
-        doc["ok"] is True and doc["records"] == 1 and doc["buffers"] == 2 and doc["error"] is None
-    )
+    assert doc["ok"] is True and doc["records"] == 1 and doc["buffers"] == 2 and doc["error"] is None
     info = blpickle.inspect(files["x.blp"])
     assert doc["buffer_chunks"] == sum(b.nchunks for b in info.buffers) > 2
 
@@ -322,11 +310,7 @@ def test_verify_truncated_and_second_record(call, files, tmp_path):
     assert result.returncode == 1 and "record 2" in result.stderr
     two.write_bytes(whole + whole + pickle.dumps("appended"))
     result = call("verify", two)
-    assert (
-        result.returncode == 0
-        and "2 records" in result.stdout
-        and "not a blpickle record" in result.stderr
-    )
+    assert result.returncode == 0 and "2 records" in result.stdout and "not a blpickle record" in result.stderr
 
 
 def test_verify_signatures(call, files, tmp_path):
@@ -335,12 +319,7 @@ def test_verify_signatures(call, files, tmp_path):
     assert result.returncode == 0 and "signature ok" in result.stdout
     result = run("verify", signed, "--key-file", wrong)
     assert result.returncode == 1 and "SignatureError" in result.stderr
-    assert (
-        run(
-            "verify", signed, "--key-env", "BLPK_TEST_KEY", env={"BLPK_TEST_KEY": "secret"}
-        ).returncode
-        == 0
-    )
+    assert run("verify", signed, "--key-env", "BLPK_TEST_KEY", env={"BLPK_TEST_KEY": "secret"}).returncode == 0
     result = call("verify", files["x.blp"], "--key-file", key)  # unsigned: refused with a key
     assert result.returncode == 1 and "not signed" in result.stderr
     # usage errors: 2
@@ -439,9 +418,7 @@ def test_convert_signs_with_a_key(call, files, tmp_path):
     result = call("convert", files["x.pkl"], target, "--key-file", tmp_path / "key")
     assert result.returncode == 0, result.stderr
     assert blpickle.inspect(target, key=b"secret").signed
-    result = call(
-        "convert", files["signed.blp"], tmp_path / "o.pkl", "--key-file", tmp_path / "wrong"
-    )
+    result = call("convert", files["signed.blp"], tmp_path / "o.pkl", "--key-file", tmp_path / "wrong")
     assert result.returncode == 1 and "SignatureError" in result.stderr
     result = call("convert", files["x.pkl"], tmp_path / "o.npy", "--key-file", tmp_path / "key")
     assert result.returncode == 2  # neither side is blpickle
@@ -494,17 +471,13 @@ def test_convert_safe_and_joblib(call, files, tmp_path):
 
 
 def test_convert_without_joblib_gives_a_hint(files, tmp_path):
-    result = run(
-        "convert", files["z.joblib"], tmp_path / "z.blp", prelude="sys.modules['joblib'] = None"
-    )
+    result = run("convert", files["z.joblib"], tmp_path / "z.blp", prelude="sys.modules['joblib'] = None")
     assert result.returncode == 1
     assert "pip install joblib" in result.stderr
 
 
 def test_convert_works_without_tqdm(files, tmp_path):
-    result = run(
-        "convert", files["x.pkl"], tmp_path / "t.blp", prelude="sys.modules['tqdm'] = None"
-    )
+    result = run("convert", files["x.pkl"], tmp_path / "t.blp", prelude="sys.modules['tqdm'] = None")
     assert result.returncode == 0, result.stderr
     assert_same(sample(), blpickle.load(tmp_path / "t.blp"))
 
@@ -536,9 +509,7 @@ def test_bench_a_file_json(files):
 
 
 def test_bench_sample_datasets_table():
-    result = run(
-        "bench", "--quick", "--size-mb", "0.2", "--only", "pickle", "default", "--codec", "lz4"
-    )
+    result = run("bench", "--quick", "--size-mb", "0.2", "--only", "pickle", "default", "--codec", "lz4")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for word in (
@@ -557,9 +528,7 @@ def test_bench_sample_datasets_table():
 
 
 def test_bench_json_checks_loaded_arrays(call):
-    result = call(
-        "bench", "--quick", "--size-mb", "0.1", "--only", "default", "raw", json_output=True
-    )
+    result = call("bench", "--quick", "--size-mb", "0.1", "--only", "default", "raw", json_output=True)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert {row["dataset"] for row in doc["results"]} == {"low", "medium", "high"}

@@ -74,7 +74,15 @@ class FunctionsTests(pickletester.AbstractPickleTests, pickletester.AbstractUnpi
     pickler = blpickle.Pickler
 
     bad_stack_errors = (pickle.UnpicklingError, IndexError)
-    truncated_errors = (pickle.UnpicklingError, EOFError, AttributeError, ValueError, struct.error, IndexError, ImportError)
+    truncated_errors = (
+        pickle.UnpicklingError,
+        EOFError,
+        AttributeError,
+        ValueError,
+        struct.error,
+        IndexError,
+        ImportError,
+    )
 
     def dumps(self, arg, protocol=None, **kwargs):
         return blpickle.dumps(arg, protocol, **kwargs)

@@ -48,7 +48,7 @@ def test_serialize_round_trip(compress):
 def test_compressed_frames_are_marked_and_raw_frames_are_views():
     data = {"low": np.arange(2_000_000), "high": np.random.default_rng(1).random(500_000)}
     header, frames = bl_dask.serialize(data)
-    (low_nbytes, low_chunk), (high_nbytes, high_chunk) = header["blpickle"][1]
+    (low_nbytes, low_chunk), (_, high_chunk) = header["blpickle"][1]
     assert low_chunk > 0 and high_chunk == 0
     nchunks = -(-low_nbytes // low_chunk)
     assert header["compression"] == (None,) + (False,) * (nchunks + 1)
@@ -71,7 +71,7 @@ def test_message_round_trip_through_dask_framing(as_bytes):
 def test_unpicklable_falls_through_to_the_next_family():
     import threading
 
-    header, frames = serialize(threading.Lock(), serializers=["blpickle", "pickle"], on_error="message")
+    header, _ = serialize(threading.Lock(), serializers=["blpickle", "pickle"], on_error="message")
     assert header["serializer"] == "error"
     with pytest.raises(TypeError):
         serialize(threading.Lock(), serializers=["blpickle"], on_error="raise")
@@ -139,17 +139,24 @@ for _fn in (_install_counter, _read_counter, _remove_counter):
 def client():
     from distributed import Client, LocalCluster
 
-    with LocalCluster(
-        processes=True, n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None, worker_dashboard_address=None
-    ) as cluster:
-        with Client(cluster, serializers=bl_dask.SERIALIZERS, deserializers=bl_dask.DESERIALIZERS) as client:
-            client.register_plugin(bl_dask.WorkerPlugin())
-            client.run(_install_counter)
-            _install_counter()
-            try:
-                yield client
-            finally:
-                _remove_counter()
+    with (
+        LocalCluster(
+            processes=True,
+            n_workers=2,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address=None,
+            worker_dashboard_address=None,
+        ) as cluster,
+        Client(cluster, serializers=bl_dask.SERIALIZERS, deserializers=bl_dask.DESERIALIZERS) as client,
+    ):
+        client.register_plugin(bl_dask.WorkerPlugin())
+        client.run(_install_counter)
+        _install_counter()
+        try:
+            yield client
+        finally:
+            _remove_counter()
 
 
 def double(array):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import pickle
 
-import msgpack
 import numpy as np
 import records
 from hypothesis import HealthCheck, assume, given, settings
@@ -34,7 +33,7 @@ RECORDS = [
 
 
 def _check(data: bytes) -> None:
-    if sum(a == b for a, b in zip(data, fmt.MAGIC)) < len(fmt.MAGIC) // 2:
+    if sum(a == b for a, b in zip(data, fmt.MAGIC, strict=False)) < len(fmt.MAGIC) // 2:
         return  # no longer claims to be a record: loads reads it as plain pickle data
     try:
         loaded = blpickle.loads(data)
@@ -79,7 +78,9 @@ def header_mutations(draw, header):
     kind = draw(st.sampled_from(["field", "drop", "duplicate", "external", "type", "bomb"]))
     if kind == "field":
         field = draw(st.sampled_from(["nbytes", "chunk_size", "itemsize", "raw", "shape", "dtype", "splice"]))
-        stream[field] = draw(st.one_of(SIZES, st.booleans(), st.lists(SIZES, max_size=3), st.text(max_size=5), st.none()))
+        stream[field] = draw(
+            st.one_of(SIZES, st.booleans(), st.lists(SIZES, max_size=3), st.text(max_size=5), st.none())
+        )
     elif kind == "drop":
         streams.pop(draw(st.integers(0, len(streams) - 1)))
     elif kind == "duplicate":
@@ -87,7 +88,9 @@ def header_mutations(draw, header):
     elif kind == "external":
         header["external"] = draw(st.lists(st.integers(0, 10), max_size=5))
     elif kind == "type":
-        header[draw(st.sampled_from(["streams", "external", "protocol", "options"]))] = draw(st.one_of(SIZES, st.text(max_size=3), st.none()))
+        header[draw(st.sampled_from(["streams", "external", "protocol", "options"]))] = draw(
+            st.one_of(SIZES, st.text(max_size=3), st.none())
+        )
     else:
         header["bomb"] = [[[0] * 1000] * 100] * draw(st.integers(1, 50))
     return header
@@ -133,12 +136,16 @@ def test_forged_contents_are_caught_by_the_signature(data):
     frame = data.draw(st.integers(0, len(parts.payloads) - 1))
     if data.draw(st.booleans()):
         payload = bytearray(parts.payloads[frame])
-        for position, mask in data.draw(st.lists(st.tuples(st.integers(0, 2**16), st.integers(1, 255)), min_size=1, max_size=4)):
+        for position, mask in data.draw(
+            st.lists(st.tuples(st.integers(0, 2**16), st.integers(1, 255)), min_size=1, max_size=4)
+        ):
             payload[position % len(payload)] ^= mask
         assume(bytes(payload) != parts.payloads[frame])
         parts.payloads[frame] = bytes(payload)
     else:
-        other = data.draw(st.integers(0, len(parts.payloads) - 1).filter(lambda i: parts.payloads[i] != parts.payloads[frame]))
+        other = data.draw(
+            st.integers(0, len(parts.payloads) - 1).filter(lambda i: parts.payloads[i] != parts.payloads[frame])
+        )
         parts.payloads[frame], parts.payloads[other] = parts.payloads[other], parts.payloads[frame]
     try:
         blpickle.loads(records.join(parts), key=b"k")

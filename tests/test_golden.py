@@ -20,7 +20,7 @@ def _assert_same(expected: object, actual: object) -> None:
         assert_same_array(expected, actual)
     elif isinstance(expected, np.ndarray):
         assert actual.dtype == object and len(actual) == len(expected)
-        for e, a in zip(expected, actual):
+        for e, a in zip(expected, actual, strict=True):
             _assert_same(e, a)
     elif isinstance(expected, dict):
         assert actual.keys() == expected.keys()
@@ -28,7 +28,7 @@ def _assert_same(expected: object, actual: object) -> None:
             _assert_same(expected[key], actual[key])
     elif isinstance(expected, (list, tuple)):
         assert type(actual) is type(expected) and len(actual) == len(expected)
-        for e, a in zip(expected, actual):
+        for e, a in zip(expected, actual, strict=True):
             _assert_same(e, a)
     else:
         assert actual == expected and type(actual) is type(expected)

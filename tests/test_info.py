@@ -25,7 +25,13 @@ def test_inspect_describes_buffers_options_and_globals(tmp_path):
     assert info.options["codec"] == "lz4"
     assert info.protocol == 5
     ramp, noise = info.buffers
-    assert (ramp.dtype, ramp.shape, ramp.nbytes, ramp.nchunks, ramp.itemsize) == ("int64", (1_000_000,), 8_000_000, 8, 8)
+    assert (ramp.dtype, ramp.shape, ramp.nbytes, ramp.nchunks, ramp.itemsize) == (
+        "int64",
+        (1_000_000,),
+        8_000_000,
+        8,
+        8,
+    )
     assert ramp.ratio > 50 and noise.ratio < 2
     assert noise.shape == (200, 300)
     assert "test_safe.record_call" in info.globals and "blpickle.arrays.rebuild_ndarray" in info.globals

@@ -110,9 +110,7 @@ def test_blosc_compressor_and_backend_are_registered():
 def test_prefix_is_unique_and_not_a_pickle_opcode():
     prefix = _COMPRESSORS["blosc"].prefix
     assert prefix == bj.PREFIX == bj.MAGIC[:1]
-    others = [*JOBLIB_PREFIXES, fmt.MAGIC] + [
-        c.prefix for n, c in _COMPRESSORS.items() if n != "blosc"
-    ]
+    others = [*JOBLIB_PREFIXES, fmt.MAGIC] + [c.prefix for n, c in _COMPRESSORS.items() if n != "blosc"]
     for other in others:
         assert not other.startswith(prefix), other
         assert not prefix.startswith(other), other
@@ -155,9 +153,7 @@ def test_register_joblib_without_joblib_installed():
         print(blpickle.integrations.register_joblib())
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == "False"
 
@@ -193,9 +189,7 @@ DTYPES = [
 
 def _array(dtype, shape=(37, 11), seed=0) -> np.ndarray:
     dtype = np.dtype(dtype)
-    raw = np.random.default_rng(seed).integers(
-        0, 256, int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8
-    )
+    raw = np.random.default_rng(seed).integers(0, 256, int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
     if dtype.kind == "b":
         raw = raw % 2
     return raw.view(dtype).reshape(shape)
@@ -206,9 +200,7 @@ def _native_bytes(array: np.ndarray) -> bytes:
     dtype = array.dtype
     native = dtype.newbyteorder("=") if dtype.byteorder not in "|=" else dtype
     if dtype.fields:
-        native = np.dtype(
-            [(name, field[0].newbyteorder("=")) for name, field in dtype.fields.items()]
-        )
+        native = np.dtype([(name, field[0].newbyteorder("=")) for name, field in dtype.fields.items()])
     return np.ascontiguousarray(array.astype(native)).tobytes()
 
 
@@ -571,9 +563,7 @@ def test_joblib_dump_and_load_memory_does_not_grow_with_the_array():
     peaks = {}
     for mb in (64, 256):
         array = np.random.default_rng(0).random(mb * (1 << 20) // 8)
-        dump_peak = _traced_peak(
-            lambda array=array: joblib.dump(array, _CountingSink(), compress="blosc")
-        )
+        dump_peak = _traced_peak(lambda array=array: joblib.dump(array, _CountingSink(), compress="blosc"))
         data = _dumps(array)
         loaded = []
         load_peak = _traced_peak(lambda data=data, loaded=loaded: loaded.append(_loads(data)))
@@ -749,9 +739,7 @@ def test_memory_caches_with_blpickle(tmp_path):
         with open(path, "rb") as file:
             assert file.read(len(fmt.MAGIC)) == fmt.MAGIC
         assert _stored_options(path)["codec"] is None  # compress=False: raw, mappable
-    assert not [
-        f for item in memory.store_backend.get_items() for f in os.listdir(item.path) if "tmp" in f
-    ]
+    assert not [f for item in memory.store_backend.get_items() for f in os.listdir(item.path) if "tmp" in f]
 
 
 def test_memory_verbose_output_is_joblibs(tmp_path, capsys):
@@ -912,9 +900,7 @@ def _closure(n: int):
 
 def test_backend_options_pickler_cloudpickle_caches_closures(tmp_path):
     CALLS.clear()
-    memory = Memory(
-        tmp_path, backend="blpickle", verbose=0, backend_options={"pickler": "cloudpickle"}
-    )
+    memory = Memory(tmp_path, backend="blpickle", verbose=0, backend_options={"pickler": "cloudpickle"})
     cached = memory.cache(_closure)
     assert cached(3)() == 3
     assert cached(3)() == 3
@@ -944,9 +930,7 @@ def test_an_unpicklable_result_is_not_cached(tmp_path):
 
 def _marked(n: int, marks: str) -> dict:
     """A cached computation that leaves one file per call in ``marks``."""
-    with open(
-        os.path.join(marks, f"{n}-{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}"), "w"
-    ):
+    with open(os.path.join(marks, f"{n}-{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}"), "w"):
         pass
     return _make_arrays(200_000 + n)
 
@@ -1049,9 +1033,7 @@ def _run_joblib_tests(tmp_path, modules: list[str], swap_store: bool, *args: str
         os.fspath(tmp_path / "pytest.ini"),
     ]
     command += ["--pyargs", *modules, *args]
-    result = subprocess.run(
-        command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900
-    )
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
     return result.stdout
 

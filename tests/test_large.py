@@ -77,7 +77,11 @@ else:
 
 def _run(step: str, kind: str, path: str, nbytes: int) -> dict:
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, step, kind, path, str(nbytes)], capture_output=True, text=True, timeout=600, check=True
+        [sys.executable, "-c", SCRIPT, step, kind, path, str(nbytes)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     )
     return json.loads(result.stdout)
 

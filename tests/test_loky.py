@@ -65,7 +65,9 @@ def test_through_loky_dumps_with_custom_reducers(enabled):
     def reduce_point(point):
         return Point, (point.x * 10,)
 
-    data = loky_reduction.dumps({"p": Point(1), "a": np.arange(1_000_000), "f": lambda: 5}, reducers={Point: reduce_point})
+    data = loky_reduction.dumps(
+        {"p": Point(1), "a": np.arange(1_000_000), "f": lambda: 5}, reducers={Point: reduce_point}
+    )
     back = pickle.loads(data)
     assert back["p"].x == 10 and back["f"]() == 5
     assert_same_array(np.arange(1_000_000), back["a"])

@@ -171,7 +171,7 @@ def test_context_basics():
     assert ctx.get_context("fork").wire_options == ctx.wire_options
     assert ctx.wire_options.options.codec == "zstd"
     assert ctx.wire_options.options.pickler == "cloudpickle"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="nonsense"):
         bmp.get_context("nonsense")
     with pytest.raises(blpickle.OptionsError):
         bmp.get_context("fork", compress="sometimes")
@@ -325,7 +325,13 @@ def run_script(tmp_path, code: str, timeout: float = 120) -> str:
     script.write_text(textwrap.dedent(code))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
     process = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, start_new_session=True
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
     )
     try:
         stdout, stderr = process.communicate(timeout=timeout)

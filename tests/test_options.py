@@ -17,9 +17,19 @@ def test_defaults_round_trip_through_json():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("codec", "gzip"), ("codec", 1), ("clevel", -1), ("clevel", 10), ("clevel", True), ("clevel", 1.0),
-        ("shuffle", "yes"), ("bytedelta", 1), ("chunk_size", 1024), ("chunk_size", 2**31),
-        ("nthreads", 0), ("nthreads", 1000), ("pickler", "dill"),
+        ("codec", "gzip"),
+        ("codec", 1),
+        ("clevel", -1),
+        ("clevel", 10),
+        ("clevel", True),
+        ("clevel", 1.0),
+        ("shuffle", "yes"),
+        ("bytedelta", 1),
+        ("chunk_size", 1024),
+        ("chunk_size", 2**31),
+        ("nthreads", 0),
+        ("nthreads", 1000),
+        ("pickler", "dill"),
     ],
 )
 def test_invalid_values_raise_options_error_naming_the_field(field, value):

@@ -16,8 +16,32 @@ import blpickle
 from blpickle.stream import MemorySource, RecordReader
 
 DTYPES = [
-    "?", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8", "g", "c8", "c16",
-    "M8[s]", "M8[ns]", "m8[D]", "m8[us]", "S7", "U5", ">i4", ">f8", "<f8", ">c16", ">U3",
+    "?",
+    "i1",
+    "u1",
+    "i2",
+    "u2",
+    "i4",
+    "u4",
+    "i8",
+    "u8",
+    "f2",
+    "f4",
+    "f8",
+    "g",
+    "c8",
+    "c16",
+    "M8[s]",
+    "M8[ns]",
+    "m8[D]",
+    "m8[us]",
+    "S7",
+    "U5",
+    ">i4",
+    ">f8",
+    "<f8",
+    ">c16",
+    ">U3",
     [("a", "<i4"), ("b", ">f8"), ("c", "S3")],
     [("p", "<f4", (3,)), ("q", [("r", "<i2"), ("s", ">u8")])],
 ]
@@ -104,13 +128,19 @@ def test_object_arrays_keep_their_inner_buffers_out_of_band():
 
 
 def test_small_buffers_stay_in_band_and_load_writable():
-    small = {"ro": np.frombuffer(b"x" * 1000, np.uint8), "f": np.asfortranarray(np.ones((10, 20))), "v": np.arange(500)[::3]}
+    small = {
+        "ro": np.frombuffer(b"x" * 1000, np.uint8),
+        "f": np.asfortranarray(np.ones((10, 20))),
+        "v": np.arange(500)[::3],
+    }
     data = blpickle.dumps(small)
     assert blpickle.inspect(data).buffers == ()
     for key, array in small.items():
         assert_same_array(array, blpickle.loads(data)[key])
     limit = blpickle.pickler.INBAND_LIMIT
-    sizes = [b.nbytes for b in blpickle.inspect(blpickle.dumps([np.zeros(limit - 1, "u1"), np.zeros(limit, "u1")])).buffers]
+    sizes = [
+        b.nbytes for b in blpickle.inspect(blpickle.dumps([np.zeros(limit - 1, "u1"), np.zeros(limit, "u1")])).buffers
+    ]
     assert sizes == [limit]
 
 
@@ -178,7 +208,13 @@ def test_pandas_and_sklearn_objects_round_trip():
 @pytest.mark.parametrize("protocol", [4, 5])
 def test_large_bytes_bytearray_and_str_are_spliced_out_of_the_pickle(protocol):
     blob = bytes(range(256)) * 8192  # 2 MiB
-    obj = {"bytes": blob, "bytearray": bytearray(blob), "str": "é" * (1 << 20), "small": b"x" * 1000, "tuple": (blob, blob)}
+    obj = {
+        "bytes": blob,
+        "bytearray": bytearray(blob),
+        "str": "é" * (1 << 20),
+        "small": b"x" * 1000,
+        "tuple": (blob, blob),
+    }
     data = blpickle.dumps(obj, protocol, chunk_size=1 << 16)
     info = blpickle.inspect(data)
     assert sorted(b.nbytes for b in info.buffers if b.splice is not None) == sorted([len(blob)] * 2 + [1 << 21])
@@ -226,11 +262,11 @@ def test_caller_buffer_callback_keeps_stdlib_semantics():
     with pytest.raises(blpickle.LoadError, match="buffers="):
         blpickle.loads(data)
     loaded = blpickle.loads(data, buffers=[b.raw() for b in kept])
-    for expected, actual in zip(arrays, loaded):
+    for expected, actual in zip(arrays, loaded, strict=True):
         np.testing.assert_array_equal(expected, actual)
     # a true return value keeps the buffer in band
     in_band = blpickle.dumps(arrays, buffer_callback=lambda b: True)
-    for expected, actual in zip(arrays, blpickle.loads(in_band)):
+    for expected, actual in zip(arrays, blpickle.loads(in_band), strict=True):
         np.testing.assert_array_equal(expected, actual)
 
 
@@ -295,7 +331,7 @@ def test_load_reads_plain_pickle_files_and_non_seekable_streams(tmp_path):
 def test_non_seekable_stream_with_short_reads(small_chunks):
     obj = [np.random.default_rng(1).random(20_000), np.arange(30_000)]
     loaded = blpickle.load(NonSeekable(blpickle.dumps(obj, **small_chunks), max_read=777))
-    for expected, actual in zip(obj, loaded):
+    for expected, actual in zip(obj, loaded, strict=True):
         assert_same_array(expected, actual)
 
 
@@ -414,7 +450,14 @@ def test_mmap_mode_on_compressed_records_decompresses(tmp_file):
 
 
 def test_options_are_validated_before_anything_is_written(tmp_file):
-    for bad in ({"codec": "gzip"}, {"clevel": 10}, {"chunk_size": 10}, {"nthreads": 0}, {"preset": "nope"}, {"colour": 1}):
+    for bad in (
+        {"codec": "gzip"},
+        {"clevel": 10},
+        {"chunk_size": 10},
+        {"nthreads": 0},
+        {"preset": "nope"},
+        {"colour": 1},
+    ):
         with pytest.raises(blpickle.OptionsError):
             blpickle.dump(1, tmp_file, **bad)
     assert not os.path.exists(tmp_file)

@@ -56,7 +56,9 @@ def layouts(draw, array: np.ndarray) -> np.ndarray:
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=st.data(), dtype=dtypes, shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=40), opts=options)
+@given(
+    data=st.data(), dtype=dtypes, shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=40), opts=options
+)
 def test_arrays_round_trip_bit_for_bit(data, dtype, shape, opts):
     array = data.draw(layouts(data.draw(hnp.arrays(dtype, shape))))
     record = blpickle.dumps({"x": array, "again": array}, **opts)
@@ -90,5 +92,5 @@ def test_graphs_of_arrays_stream_through_non_seekable_files(arrays, opts, max_re
     blpickle.dump(arrays, out, **opts)
     loaded = blpickle.load(NonSeekable(out.getvalue(), max_read=max_read))
     assert len(loaded) == len(arrays)
-    for expected, actual in zip(arrays, loaded):
+    for expected, actual in zip(arrays, loaded, strict=True):
         _assert_same_values(expected, actual, opts.get("protocol", 5))

@@ -207,4 +207,6 @@ def test_tampering_that_fixes_the_checksums_is_caught_by_the_signature():
 def test_unpickler_class_takes_the_same_restrictions():
     with pytest.raises(blpickle.UnsafeLoadError):
         blpickle.Unpickler(io.BytesIO(blpickle.dumps(SideEffect())), safe=True).load()
-    assert blpickle.Unpickler(io.BytesIO(blpickle.dumps(SideEffect())), allowed=["test_safe.record_call"]).load() == "ran"
+    assert (
+        blpickle.Unpickler(io.BytesIO(blpickle.dumps(SideEffect())), allowed=["test_safe.record_call"]).load() == "ran"
+    )

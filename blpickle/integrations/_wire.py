@@ -75,7 +75,9 @@ class WireOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.options, Options):
             raise OptionsError(f"options must be a blpickle.Options, not {type(self.options).__name__}")
-        if self.compress not in _COMPRESS_CHOICES or (isinstance(self.compress, int) and not isinstance(self.compress, bool)):
+        if self.compress not in _COMPRESS_CHOICES or (
+            isinstance(self.compress, int) and not isinstance(self.compress, bool)
+        ):
             raise OptionsError(f"compress must be 'auto', True or False, not {self.compress!r}")
         for name in ("min_size", "inband_size"):
             value = getattr(self, name)
@@ -120,7 +122,12 @@ def wire_options(
         blosc = resolve_options(preset, **{"pickler": "cloudpickle", **options})
     changes = {
         key: value
-        for key, value in (("compress", compress), ("min_size", min_size), ("min_ratio", min_ratio), ("inband_size", inband_size))
+        for key, value in (
+            ("compress", compress),
+            ("min_size", min_size),
+            ("min_ratio", min_ratio),
+            ("inband_size", inband_size),
+        )
         if value is not None
     }
     return dataclasses.replace(base, options=blosc, **changes)
@@ -139,7 +146,9 @@ def _rebuild_array(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: 
     data = _writable(buffer)
     count = math.prod(shape)
     if memoryview(data).nbytes != count * dtype.itemsize:
-        raise CorruptError(f"an array of shape {shape} and dtype {dtype} received a buffer of {memoryview(data).nbytes} bytes")
+        raise CorruptError(
+            f"an array of shape {shape} and dtype {dtype} received a buffer of {memoryview(data).nbytes} bytes"
+        )
     return np.frombuffer(data, dtype=dtype, count=count).reshape(shape, order=order)
 
 
@@ -351,7 +360,9 @@ def _unpack(job: tuple[Any, memoryview]) -> None:
     packed, dst = job
     nbytes, cbytes, _ = blosc2.get_cbuffer_sizes(packed)
     if nbytes != dst.nbytes or cbytes != memoryview(packed).nbytes:
-        raise CorruptError(f"a chunk holds {nbytes} bytes in {cbytes}, expected {dst.nbytes} in {memoryview(packed).nbytes}")
+        raise CorruptError(
+            f"a chunk holds {nbytes} bytes in {cbytes}, expected {dst.nbytes} in {memoryview(packed).nbytes}"
+        )
     blosc2.decompress2(packed, dst=dst, nthreads=1)
 
 

@@ -121,21 +121,15 @@ def deserialize(header: dict, frames: list) -> Any:
             if not chunk_size:
                 raw = next(pending)
                 if memoryview(raw).nbytes != nbytes:
-                    raise CorruptError(
-                        f"a raw buffer of {nbytes} bytes arrived as {memoryview(raw).nbytes} bytes"
-                    )
+                    raise CorruptError(f"a raw buffer of {nbytes} bytes arrived as {memoryview(raw).nbytes} bytes")
                 buffers.append(raw)
                 continue
             out = np.empty(nbytes, np.uint8)
             nchunks = -(-nbytes // chunk_size)
-            _wire.decompress_into(
-                out, chunk_size, [next(pending) for _ in range(nchunks)], _WIRE.options.threads
-            )
+            _wire.decompress_into(out, chunk_size, [next(pending) for _ in range(nchunks)], _WIRE.options.threads)
             buffers.append(out)
     except StopIteration:
-        raise CorruptError(
-            "a dask message with fewer frames than its blpickle header lists"
-        ) from None
+        raise CorruptError("a dask message with fewer frames than its blpickle header lists") from None
     return _wire.unpickle_graph(frames[0], buffers)
 
 

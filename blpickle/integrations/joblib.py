@@ -122,9 +122,7 @@ _WRITE, _READ = "wb", "rb"
 # The compressed stream
 
 
-def pick_filters(
-    chunk: Any, options: Options, alternatives: Sequence[Options] = ()
-) -> tuple[Options, int]:
+def pick_filters(chunk: Any, options: Options, alternatives: Sequence[Options] = ()) -> tuple[Options, int]:
     """Return the options and element size that compress a sample of ``chunk`` best.
 
     The element size is the one of :data:`TYPESIZES` that compresses the sample best with
@@ -176,10 +174,7 @@ class StreamMagicError(BadMagicError):
 
     def __init__(self, found: bytes) -> None:
         super().__init__(found)
-        self.args = (
-            f"not a blpickle joblib stream: expected the magic bytes {MAGIC!r} at offset 0, "
-            f"found {found!r}",
-        )
+        self.args = (f"not a blpickle joblib stream: expected the magic bytes {MAGIC!r} at offset 0, found {found!r}",)
 
 
 class BloscFile(io.RawIOBase):
@@ -227,15 +222,11 @@ class BloscFile(io.RawIOBase):
         if compresslevel is not None:
             options = options.replace(clevel=compresslevel)
         if options.codec is None:
-            raise OptionsError(
-                "the joblib 'blosc' compressor needs a codec; codec=None stores nothing compressed"
-            )
+            raise OptionsError("the joblib 'blosc' compressor needs a codec; codec=None stores nothing compressed")
         self._options = options
         # byte shuffle (the default) or, chunk by chunk where it compresses better, bit shuffle
         self._alternatives = (
-            (options.replace(shuffle="bitshuffle"),)
-            if try_bitshuffle and options.shuffle == "shuffle"
-            else ()
+            (options.replace(shuffle="bitshuffle"),) if try_bitshuffle and options.shuffle == "shuffle" else ()
         )
         self._threads = options.threads
         self._pos = 0
@@ -361,9 +352,7 @@ class BloscFile(io.RawIOBase):
             if self._held is None:
                 self._held = job
                 return
-            self._thread = threading.Thread(
-                target=self._write_frames, name="blpickle-joblib-writer", daemon=True
-            )
+            self._thread = threading.Thread(target=self._write_frames, name="blpickle-joblib-writer", daemon=True)
             self._thread.start()
             self._put(self._held)
             self._held = None
@@ -405,9 +394,7 @@ class BloscFile(io.RawIOBase):
             options, typesize = pick_filters(chunk, self._options, self._alternatives)
             packed = blosc2.compress2(chunk, **options.blosc2_cparams(typesize))
         except Exception as exc:
-            raise DumpError(
-                f"Blosc2 could not compress chunk {index} ({len(chunk)} bytes): {exc}"
-            ) from exc
+            raise DumpError(f"Blosc2 could not compress chunk {index} ({len(chunk)} bytes): {exc}") from exc
         self._recycle(chunk)
         return (
             len(chunk),
@@ -490,8 +477,7 @@ class BloscFile(io.RawIOBase):
                 return
             if not 1 <= nbytes <= self._chunk_size:
                 raise CorruptError(
-                    f"{what} at offset {offset} declares {nbytes} bytes; "
-                    f"chunks hold 1 to {self._chunk_size}"
+                    f"{what} at offset {offset} declares {nbytes} bytes; chunks hold 1 to {self._chunk_size}"
                 )
             if short:
                 raise CorruptError(
@@ -500,8 +486,7 @@ class BloscFile(io.RawIOBase):
                 )
             if not fmt.BLOSC2_MIN_CHUNK <= csize <= nbytes + fmt.BLOSC2_MAX_OVERHEAD:
                 raise CorruptError(
-                    f"{what} at offset {offset} declares {csize} compressed bytes "
-                    f"for {nbytes} bytes of data"
+                    f"{what} at offset {offset} declares {csize} compressed bytes for {nbytes} bytes of data"
                 )
             packed = self._packed_buffer()
             source.readinto(memoryview(packed)[:csize], what)
@@ -529,9 +514,7 @@ class BloscFile(io.RawIOBase):
     def _check_end(self, offset: int, nchunks: int, total: int) -> None:
         rest = self._source.read(END.size, "the end record")
         stored = U64.unpack(self._source.read(U64.size, "the checksum of the end record"))[0]
-        computed = fmt.checksum(
-            FRAME.pack(0, 0) + rest, fmt.frame_seed(self._header_checksum, nchunks)
-        )
+        computed = fmt.checksum(FRAME.pack(0, 0) + rest, fmt.frame_seed(self._header_checksum, nchunks))
         if stored != computed:
             raise ChecksumError("the end record", offset, stored, computed)
         declared_chunks, declared_total = END.unpack(rest)
@@ -557,11 +540,7 @@ class BloscFile(io.RawIOBase):
 
     def _next_chunk(self) -> bool:
         done = self._current.obj
-        if (
-            isinstance(done, np.ndarray)
-            and done.size == self._chunk_size
-            and len(self._spare_chunks) < 2
-        ):
+        if isinstance(done, np.ndarray) and done.size == self._chunk_size and len(self._spare_chunks) < 2:
             self._spare_chunks.append(done)  # fully read: decompress a later chunk into it
         try:
             self._current = next(self._results)
@@ -622,9 +601,7 @@ class BloscCompressorWrapper(CompressorWrapper):
         self.try_bitshuffle = try_bitshuffle
 
     def compressor_file(self, fileobj: Any, compresslevel: int | None = None) -> BloscFile:
-        return BloscFile(
-            fileobj, _WRITE, compresslevel, options=self.options, try_bitshuffle=self.try_bitshuffle
-        )
+        return BloscFile(fileobj, _WRITE, compresslevel, options=self.options, try_bitshuffle=self.try_bitshuffle)
 
     def decompressor_file(self, fileobj: Any) -> BloscFile:
         return BloscFile(fileobj, _READ, options=self.options)
@@ -699,8 +676,7 @@ def options_for_compress(compress: Any) -> Options:
         compress = (compress, None)
     if not isinstance(compress, tuple) or len(compress) != 2 or compress[0] not in _CODECS:
         raise OptionsError(
-            "compress must be a bool, a level 0-9, a compressor name or a (name, level) "
-            f"pair, not {compress!r}"
+            f"compress must be a bool, a level 0-9, a compressor name or a (name, level) pair, not {compress!r}"
         )
     name, level = compress
     codec, default_level = _CODECS[name]
@@ -725,13 +701,9 @@ class BlpickleStoreBackend(FileSystemStoreBackend):
 
     options: Options
 
-    def configure(
-        self, location: str, verbose: int = 1, backend_options: dict[str, Any] | None = None
-    ) -> None:
+    def configure(self, location: str, verbose: int = 1, backend_options: dict[str, Any] | None = None) -> None:
         joblib_options = dict(backend_options or {})
-        ours = {
-            name: joblib_options.pop(name) for name in list(joblib_options) if name in _OPTION_NAMES
-        }
+        ours = {name: joblib_options.pop(name) for name in list(joblib_options) if name in _OPTION_NAMES}
         super().configure(location, verbose=verbose, backend_options=joblib_options)
         options = options_for_compress(self.compress)
         if "preset" in ours:
@@ -784,9 +756,7 @@ class BlpickleStoreBackend(FileSystemStoreBackend):
             _print_loading(full_path, call_id, verbose, timestamp, metadata)
         filename = os.path.join(full_path, "output.pkl")
         if not self._item_exists(filename):
-            raise KeyError(
-                f"Non-existing item (may have been cleared).\nFile {filename} does not exist"
-            )
+            raise KeyError(f"Non-existing item (may have been cleared).\nFile {filename} does not exist")
         mmap_mode = "r+" if self.mmap_mode == "w+" else self.mmap_mode  # as joblib does
         with open(filename, "r+b" if mmap_mode == "r+" else "rb") as file:
             if file.read(len(fmt.MAGIC)) != fmt.MAGIC:  # written by joblib's own store backend
@@ -795,9 +765,7 @@ class BlpickleStoreBackend(FileSystemStoreBackend):
             try:
                 if mmap_mode is None:
                     return blpickle_load(file, nthreads=self.options.nthreads)
-                unpickler = _MemmapUnpickler(
-                    file, mmap_mode=mmap_mode, nthreads=self.options.nthreads
-                )
+                unpickler = _MemmapUnpickler(file, mmap_mode=mmap_mode, nthreads=self.options.nthreads)
                 return unpickler.load()
             except LoadError as exc:
                 raise CorruptItemError(f"the cached result {filename} is damaged: {exc}") from exc
@@ -905,11 +873,7 @@ def register() -> bool:
 
 def _is_ours(cls: Any, ours: type) -> bool:
     """True for ``ours``, also as defined by an earlier import of this module (a reload)."""
-    return (
-        isinstance(cls, type)
-        and cls.__module__ == ours.__module__
-        and cls.__qualname__ == ours.__qualname__
-    )
+    return isinstance(cls, type) and cls.__module__ == ours.__module__ and cls.__qualname__ == ours.__qualname__
 
 
 register()

@@ -109,9 +109,7 @@ def disable() -> None:
 # --- the pickler -----------------------------------------------------------------------------
 
 
-def _joblib_aware(
-    reducer: Callable[[Any], Any], ours: Callable[[Any], Any]
-) -> Callable[[Any], Any]:
+def _joblib_aware(reducer: Callable[[Any], Any], ours: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Wrap joblib's array reducer so that blpickle takes the arrays joblib would pickle, and
     joblib keeps those it memory-maps."""
     module = sys.modules.get("joblib._memmapping_reducer")
@@ -164,9 +162,7 @@ class Pickler(cloudpickle.Pickler):
         table = _wire.base_dispatch_table("cloudpickle")
         table[np.ndarray] = table[np.memmap] = self._bl_collector.reduce_array
         self.dispatch_table = table
-        cloudpickle.Pickler.__init__(
-            self, self._bl_graph, protocol=5, buffer_callback=self._bl_collector.take
-        )
+        cloudpickle.Pickler.__init__(self, self._bl_graph, protocol=5, buffer_callback=self._bl_collector.take)
 
     def _bl_adapt_reducers(self) -> None:
         table = self.dispatch_table
@@ -215,23 +211,10 @@ def _short_unicode(text: str) -> bytes:
 _OPENER = _short_unicode(__name__) + _short_unicode("_open") + _STACK_GLOBAL
 
 
-def _write_envelope(
-    file: Any, graph: memoryview, buffers: list[_wire.Buffer], wire: WireOptions
-) -> None:
-    head = _HEAD.pack(_VERSION, len(buffers)) + b"".join(
-        _DESC.pack(b.nbytes, b.chunk_size) for b in buffers
-    )
+def _write_envelope(file: Any, graph: memoryview, buffers: list[_wire.Buffer], wire: WireOptions) -> None:
+    head = _HEAD.pack(_VERSION, len(buffers)) + b"".join(_DESC.pack(b.nbytes, b.chunk_size) for b in buffers)
     write = file.write
-    write(
-        _PROTO
-        + _OPENER
-        + _MARK
-        + _BINBYTES8
-        + _U64.pack(len(head))
-        + head
-        + _BINBYTES8
-        + _U64.pack(graph.nbytes)
-    )
+    write(_PROTO + _OPENER + _MARK + _BINBYTES8 + _U64.pack(len(head)) + head + _BINBYTES8 + _U64.pack(graph.nbytes))
     write(graph)
     for buffer in buffers:
         if not buffer.chunk_size:
@@ -267,8 +250,6 @@ def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
             continue
         out = np.empty(nbytes, np.uint8)
         nchunks = -(-nbytes // chunk_size)
-        _wire.decompress_into(
-            out, chunk_size, [next(pending) for _ in range(nchunks)], _WIRE.options.threads
-        )
+        _wire.decompress_into(out, chunk_size, [next(pending) for _ in range(nchunks)], _WIRE.options.threads)
         buffers.append(out)
     return pickle.loads(graph, buffers=buffers)

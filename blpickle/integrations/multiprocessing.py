@@ -20,9 +20,10 @@ Why a context rather than ``ctx.reducer = ...``: ``multiprocessing`` binds its p
 ``connection`` and ``queues`` when they are imported, and pickles everything into one bytes
 object before writing it. A :class:`BlpickleContext` instead hands out its own
 :class:`Connection` (``send``/``recv`` overridden), and queues built on it; nothing global
-changes (beyond telling ``ForkingPickler`` how that Connection class pickles). ``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from the
-standard ``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in place
-when the executor passes it to its first worker, so arguments travel with blpickle too.
+changes (beyond telling ``ForkingPickler`` how that Connection class pickles).
+``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from the standard
+``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in place when
+the executor passes it to its first worker, so arguments travel with blpickle too.
 
 Unix only (``os.writev``/``os.readv`` on the pipe's file descriptor).
 """
@@ -184,9 +185,7 @@ class Connection(_connection.Connection):
     def _encode(self, obj: Any) -> _Message:
         """Pickle ``obj`` and decide how each buffer travels; nothing is written yet, so a
         pickling error leaves the connection usable."""
-        graph, buffers = _wire.pickle_graph(
-            obj, self._wire, _reduction.ForkingPickler._extra_reducers
-        )
+        graph, buffers = _wire.pickle_graph(obj, self._wire, _reduction.ForkingPickler._extra_reducers)
         _wire.plan(buffers, self._wire)
         head = [_HEAD.pack(_MAGIC, _VERSION, 0, 0, len(buffers))]
         head.extend(_DESC.pack(buffer.nbytes, buffer.chunk_size) for buffer in buffers)
@@ -241,9 +240,7 @@ class Connection(_connection.Connection):
             for _ in range(-(-nbytes // chunk_size)):
                 size = _read_size(fd)
                 if size > limit:
-                    raise CorruptError(
-                        f"a compressed chunk of {size} bytes for chunks of {chunk_size}"
-                    )
+                    raise CorruptError(f"a compressed chunk of {size} bytes for chunks of {chunk_size}")
                 packed = np.empty(size, np.uint8)
                 _read_exact(fd, memoryview(packed))
                 yield packed
@@ -257,30 +254,22 @@ def _reduce_connection(conn: Connection) -> Any:
     return _rebuild_connection, (df, conn.readable, conn.writable, conn.options)
 
 
-def _rebuild_connection(
-    df: Any, readable: bool, writable: bool, options: WireOptions
-) -> Connection:
+def _rebuild_connection(df: Any, readable: bool, writable: bool, options: WireOptions) -> Connection:
     return Connection(df.detach(), readable, writable, options=options)
 
 
 _reduction.register(Connection, _reduce_connection)
 
 
-def Pipe(
-    duplex: bool = True, *, options: WireOptions | None = None
-) -> tuple[Connection, Connection]:
+def Pipe(duplex: bool = True, *, options: WireOptions | None = None) -> tuple[Connection, Connection]:
     """Like ``multiprocessing.Pipe``, with blpickle connections."""
     if duplex:
         left, right = socket.socketpair()
         left.setblocking(True)
         right.setblocking(True)
-        return Connection(left.detach(), options=options), Connection(
-            right.detach(), options=options
-        )
+        return Connection(left.detach(), options=options), Connection(right.detach(), options=options)
     read_fd, write_fd = os.pipe()
-    return Connection(read_fd, writable=False, options=options), Connection(
-        write_fd, readable=False, options=options
-    )
+    return Connection(read_fd, writable=False, options=options), Connection(write_fd, readable=False, options=options)
 
 
 # --- queues ----------------------------------------------------------------------------------
@@ -334,9 +323,7 @@ class _QueueMixin:
         super()._reset(after_fork)  # type: ignore[misc]
         self._pending: collections.deque = collections.deque()
         if isinstance(self._writer, Connection):
-            self._send_bytes = _feeder_sender(
-                self._writer, self._pending, self._sem, self._on_queue_feeder_error
-            )
+            self._send_bytes = _feeder_sender(self._writer, self._pending, self._sem, self._on_queue_feeder_error)
 
     def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
         if self._closed:
@@ -470,9 +457,7 @@ class _CloudTarget:
         state = dict(self.__dict__)
         call = (state.pop("_target", None), state.pop("_args", ()), state.pop("_kwargs", {}))
         options = WireOptions(options=_wire.TRANSFER_DEFAULTS)
-        graph, _ = _wire.pickle_graph(
-            call, options, _reduction.ForkingPickler._extra_reducers, out_of_band=False
-        )
+        graph, _ = _wire.pickle_graph(call, options, _reduction.ForkingPickler._extra_reducers, out_of_band=False)
         state["_blpickle_call"] = bytes(graph)
         return state
 
@@ -511,10 +496,7 @@ class BlpickleContext(_context.BaseContext):
 
     def __init__(self, method: str | None = None, options: WireOptions | None = None) -> None:
         if method is None:
-            method = (
-                multiprocessing.get_start_method(allow_none=True)
-                or multiprocessing.get_all_start_methods()[0]
-            )
+            method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
         base = multiprocessing.get_context(method)  # validates the name and availability
         self._name = base.get_start_method()
         self._base = base
@@ -536,9 +518,7 @@ class BlpickleContext(_context.BaseContext):
         return self._name
 
     def set_start_method(self, method: str | None, force: bool = False) -> None:
-        raise ValueError(
-            "cannot set the start method of a blpickle context: make another with get_context(method)"
-        )
+        raise ValueError("cannot set the start method of a blpickle context: make another with get_context(method)")
 
     def get_all_start_methods(self) -> list[str]:
         return multiprocessing.get_all_start_methods()

@@ -11,8 +11,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import blpickle  # noqa: E402
-from objects import GOLDEN_FILES, golden_object  # noqa: E402
+from objects import GOLDEN_FILES, golden_object
+
+import blpickle
 
 
 def main() -> None:
