@@ -10,7 +10,6 @@ from conftest import assert_same_array
 from golden.objects import GOLDEN_FILES, golden_object
 
 import blpickle
-from blpickle.stream import MemorySource, RecordReader
 
 GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
 
@@ -37,9 +36,10 @@ def _assert_same(expected: object, actual: object) -> None:
 @pytest.mark.parametrize("name", sorted(GOLDEN_FILES))
 def test_golden_file_loads_the_golden_object(name):
     path = os.path.join(GOLDEN_DIR, name)
-    loaded = blpickle.load(path)
-    expected = golden_object()
-    if GOLDEN_FILES[name].get("protocol", 5) < 5:  # numpy pickles in band: native byte order
+    arguments = GOLDEN_FILES[name]
+    loaded = blpickle.load(path, key=arguments.get("key"))
+    expected = golden_object(blob=arguments.get("blob", False))
+    if arguments.get("protocol", 5) < 5:  # numpy pickles in band: native byte order
         expected["big_endian"] = expected["big_endian"].astype("=i4")
         expected["strided"] = np.ascontiguousarray(expected["strided"])
     _assert_same(expected, loaded)
@@ -47,8 +47,8 @@ def test_golden_file_loads_the_golden_object(name):
 
 
 def test_every_golden_file_is_committed_and_of_version_1():
-    for name in GOLDEN_FILES:
-        with open(os.path.join(GOLDEN_DIR, name), "rb") as f:
-            reader = RecordReader(MemorySource(f.read()), nthreads=1)
-        assert reader.header.protocol in (2, 5)
-        assert name.startswith("v1.0-")
+    for name, arguments in GOLDEN_FILES.items():
+        info = blpickle.inspect(os.path.join(GOLDEN_DIR, name), key=arguments.get("key"))
+        assert info.version == "1.0" and name.startswith("v1.0-")
+        assert info.signed == ("key" in arguments)
+        assert any(b.splice is not None for b in info.buffers) == arguments.get("blob", False)

@@ -24,7 +24,8 @@ def main() -> None:
             print(f"kept    {name}")
             continue
         options = dict(options)
-        blpickle.dump(golden_object(), path, options.pop("protocol", None), **options)
+        obj = golden_object(blob=options.pop("blob", False))
+        blpickle.dump(obj, path, options.pop("protocol", None), **options)
         print(f"written {name}")
 
 

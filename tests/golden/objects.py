@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-#: file name -> dump options. Files are written once per format version and never rewritten.
+#: file name -> dump arguments (``blob``: the object also holds a payload large enough to be
+#: spliced out of the pickle). Files are written once per format version and never rewritten.
 GOLDEN_FILES = {
     "v1.0-default.blp": {},
     "v1.0-raw.blp": {"codec": None},
     "v1.0-lz4-bitshuffle.blp": {"codec": "lz4", "clevel": 9, "shuffle": "bitshuffle", "chunk_size": 4096},
     "v1.0-zlib-bytedelta.blp": {"codec": "zlib", "bytedelta": True, "chunk_size": 8192},
     "v1.0-protocol2.blp": {"protocol": 2},
+    "v1.0-signed-spliced.blp": {"key": b"golden key", "blob": True, "chunk_size": 65536},
 }
 
 
-def golden_object() -> dict:
-    """Return the object every golden file holds."""
+def golden_object(blob: bool = False) -> dict:
+    """Return the object a golden file holds."""
     ramp = np.arange(20_000, dtype=np.int64)
     structured = np.zeros(50, dtype=[("id", "<i4"), ("pos", ">f8", (2,)), ("name", "S4")])
     structured["id"] = np.arange(50)
@@ -37,4 +39,4 @@ def golden_object() -> dict:
         "empty": np.empty((0, 4), dtype=np.float32),
         "bytearray": bytearray(b"golden" * 100),
         "nested": {"tuple": (1, 2.5, "three", None, True), "list": [b"bytes", {1, 2}], "shared": ramp},
-    }
+    } | ({"blob": bytes(range(256)) * 6144, "text": "golden γ " * 200_000} if blob else {})
