@@ -39,4 +39,4 @@ def golden_object(blob: bool = False) -> dict:
         "empty": np.empty((0, 4), dtype=np.float32),
         "bytearray": bytearray(b"golden" * 100),
         "nested": {"tuple": (1, 2.5, "three", None, True), "list": [b"bytes", {1, 2}], "shared": ramp},
-    } | ({"blob": bytes(range(256)) * 6144, "text": "golden γ " * 200_000} if blob else {})
+    } | ({"blob": bytes(range(256)) * 6144, "text": "golden γ " * 200_000} if blob else {})  # noqa: RUF001 - non-ASCII on purpose
