@@ -33,6 +33,9 @@ REPEATS = {"small": 20, "mid": 5, "large": 3, "huge": 1, "graph": 5}
 QUICK_REPEATS = {"small": 5, "mid": 2, "graph": 2}
 BUDGET, QUICK_BUDGET = 60.0, 1.0
 SPEEDS = ("dump", "load_hot", "load_cold")
+#: Sizes whose every run follows an untimed one of the same contender: tiny timings and
+#: allocation-heavy graphs otherwise depend on what the previous contender left behind.
+WARM_UP = ("small", "graph")
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -51,11 +54,7 @@ class Run:
         self.directory = directory
         self.repeats = QUICK_REPEATS if args.quick else REPEATS
         self.budget = QUICK_BUDGET if args.quick else BUDGET
-        self.sizes = (
-            ["small", "mid"]
-            if args.quick
-            else ["small", "mid", "large", *(["huge"] if args.huge else [])]
-        )
+        self.sizes = ["small", "mid"] if args.quick else ["small", "mid", "large", *(["huge"] if args.huge else [])]
         self.contenders = [c for c in contenders() if _wanted(c.name, args)]
         self.drop = CacheDropper(directory)
         self.rows: list[dict] = []
@@ -72,9 +71,7 @@ class Run:
         Returns one row per contender with every run of ``dump``, ``load_hot``, ``load_cold``.
         """
         base = {"dataset": dataset, "size": size, "nbytes": nbytes(obj)}
-        rows = [
-            {**base, "method": c.name, "dump": [], "load_hot": [], "load_cold": []} for c in todo
-        ]
+        rows = [{**base, "method": c.name, "dump": [], "load_hot": [], "load_cold": []} for c in todo]
         for round_ in range(self.repeats[size]):
             for contender, row in zip(todo, rows, strict=True):
                 spent = sum(sum(row[what]) for what in SPEEDS)
@@ -87,9 +84,9 @@ class Run:
 
     def _one_run(self, contender: Contender, obj: Any, row: dict, first: bool) -> None:
         """Dump (with fsync), load hot, evict, load cold, remove the file; the first run also
-        records the ratio and checks the loaded object (a tiny timing gets a warm-up)."""
+        records the ratio and checks the loaded object."""
         path = self.path(contender)
-        if first and row["size"] == "small":
+        if row["size"] in WARM_UP:
             contender.dump(obj, path)
             contender.load(path)
         with contextlib.suppress(FileNotFoundError):
@@ -112,11 +109,7 @@ class Run:
     def run_group(self, obj: Any, dataset: str, size: str) -> None:
         started = time.perf_counter()
         arrays = isinstance(obj, np.ndarray)
-        todo = [
-            c
-            for c in self.contenders
-            if (arrays or not c.arrays_only) and not (c.slow and size == "huge")
-        ]
+        todo = [c for c in self.contenders if (arrays or not c.arrays_only) and not (c.slow and size == "huge")]
         group = self.measure(todo, obj, dataset, size)
         self.rows += group
         print(report.group_text(group, time.perf_counter() - started), flush=True)
@@ -129,12 +122,8 @@ class Run:
             if (self.quick and contender.name != DEFAULT) or (contender.slow and size == "huge"):
                 continue
             path = self.path(contender)
-            extra = {
-                op: extra_peak_mib(contender.name, op, source, path) for op in ("dump", "load")
-            }
-            self.memory.append(
-                {"dataset": dataset, "size": size, "method": contender.name, **extra}
-            )
+            extra = {op: extra_peak_mib(contender.name, op, source, path) for op in ("dump", "load")}
+            self.memory.append({"dataset": dataset, "size": size, "method": contender.name, **extra})
             os.unlink(path)
         os.unlink(source)
 
@@ -203,8 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--quick",
         action="store_true",
-        help="small and mid sizes, fewer runs, only the "
-        "contenders the goals name (under two minutes)",
+        help="small and mid sizes, fewer runs, only the contenders the goals name (under two minutes)",
     )
     add(
         "--huge",
