@@ -16,7 +16,7 @@ from . import format as fmt
 from .errors import CorruptError
 from .files import is_path
 from .options import available_threads
-from .stream import FileSource, MemorySource, RecordReader, Source, map_file
+from .stream import FileSource, MappedFileSource, MemorySource, RecordReader, Source, map_file
 
 __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
 
@@ -142,7 +142,7 @@ def _open(file: Any, stack: ExitStack) -> Source:
     if mapped is None:
         return FileSource(file)
     start = file.tell()
-    source = MemorySource(mapped, offset=start)
+    source = MappedFileSource(mapped, 0, start)
     stack.callback(lambda: file.seek(start + source.pos))
     return source
 

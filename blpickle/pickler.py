@@ -29,7 +29,16 @@ from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, Optio
 from .files import atomic_write, is_path
 from .options import Options, resolve_options
 from .safe import Policy
-from .stream import FileSource, MemorySource, RecordReader, Source, SplicedPickle, map_file, write_record
+from .stream import (
+    FileSource,
+    MappedFileSource,
+    MemorySource,
+    RecordReader,
+    Source,
+    SplicedPickle,
+    map_file,
+    write_record,
+)
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -326,7 +335,10 @@ class Unpickler(pickle.Unpickler):
         if mapped is None:
             return self._load_from(FileSource(self._file, pos=len(magic)), magic)
         start = self._file.tell() - len(magic)
-        source = MemorySource(mapped, len(magic), offset=start, mapped=self._mmap_mode is not None)
+        if self._mmap_mode is None:
+            source: MemorySource = MappedFileSource(mapped, len(magic), start)
+        else:
+            source = MemorySource(mapped, len(magic), offset=start, mapped=True)
         try:
             return self._load_from(source, magic)
         finally:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
+import contextlib
 import mmap
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,6 +33,7 @@ from .options import Options
 __all__ = [
     "CountingWriter",
     "FileSource",
+    "MappedFileSource",
     "MemorySource",
     "RecordReader",
     "Source",
@@ -225,6 +228,9 @@ class Source:
         """Bytes from the record start to the end of the data, if known (random access)."""
         return None
 
+    def done(self, pos: int) -> None:
+        """Say that the bytes before ``pos`` have been used and will not be read again."""
+
 
 class MemorySource(Source):
     """Reads from an in-memory bytes-like object (or a memory map) without copying.
@@ -264,6 +270,44 @@ class MemorySource(Source):
     def release(self) -> None:
         """Drop the view of the data (so that a memory map can be closed)."""
         self._view.release()
+
+
+#: MADV_POPULATE_READ (Linux 5.14): map pages of a file ahead of use, in one call.
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
+_READ_AHEAD = 64 << 20
+
+
+class MappedFileSource(MemorySource):
+    """Reads a memory-mapped regular file front to back without copying, mapping its pages a
+    little ahead of use and dropping them from the process behind it: however large the
+    file, the process maps about ``_READ_AHEAD`` bytes of it at a time."""
+
+    def __init__(self, mapped: mmap.mmap, pos: int, offset: int) -> None:
+        super().__init__(mapped, pos, offset=offset)
+        self._map = mapped
+        self._offset = offset
+        self._ready = self._dropped = offset - offset % mmap.PAGESIZE
+
+    def read(self, size: int, what: str) -> memoryview:
+        view = super().read(size, what)
+        end = self._offset + self.pos
+        if end > self._ready:
+            ahead = min(len(self._map), end + _READ_AHEAD)
+            self._advise(_MADV_POPULATE_READ, self._ready, ahead)
+            self._ready = ahead
+        return view
+
+    def done(self, pos: int) -> None:
+        end = (self._offset + pos) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > self._dropped:
+            self._advise(mmap.MADV_DONTNEED, self._dropped, end)
+            self._dropped = end
+
+    def _advise(self, option: int | None, start: int, end: int) -> None:
+        start -= start % mmap.PAGESIZE
+        if option is not None and end > start:
+            with contextlib.suppress(OSError):  # an older kernel: pages then come in on use
+                self._map.madvise(option, start, end - start)
 
 
 class FileSource(Source):
@@ -308,8 +352,7 @@ def map_file(file: BinaryIO, mmap_mode: str | None) -> mmap.mmap | None:
     """Map a regular file whole: read-only for ``mmap_mode`` None or "r", shared read-write
     for "r+", copy-on-write for "c". Return None when ``file`` is not a regular file.
 
-    With ``mmap_mode`` None the pages are read in at once (``MAP_POPULATE``): loading then
-    decompresses straight from the page cache, without a read() copy.
+    Loading then decompresses straight from the page cache, without a read() copy.
     """
     try:
         fileno = file.fileno()
@@ -318,8 +361,6 @@ def map_file(file: BinaryIO, mmap_mode: str | None) -> mmap.mmap | None:
             return None
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
         return None
-    if mmap_mode is None and hasattr(mmap, "MAP_POPULATE"):
-        return mmap.mmap(fileno, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
     return mmap.mmap(fileno, size, access=_MMAP_ACCESS[mmap_mode])
 
 
@@ -496,8 +537,10 @@ class RecordReader:
     def _run(self, info: fmt.StreamInfo, number: int, out: np.ndarray | None) -> None:
         """Read the frames of a compressed stream; check (and decompress) them in the pool."""
         sign = self._key is not None
+        first = len(self.index)
         jobs = ((*frame, sign) for frame in self._read_frames(info, number, out))
-        for digest in map_ordered(_unpack_frame, jobs, info.nchunks, self._nthreads):
+        for frame, digest in enumerate(map_ordered(_unpack_frame, jobs, info.nchunks, self._nthreads), start=first):
+            self._source.done(self.index.offsets[frame] + 2 * fmt.U64.size + self.index.csizes[frame])
             if sign:
                 self._digests.append(digest)
 
@@ -553,6 +596,8 @@ class RecordReader:
             computed = hasher.intdigest()
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
+        if computed is not None:
+            source.done(source.pos)
         if computed is not None and stored != computed:
             raise ChecksumError(what, offset, stored, computed)
         if signer is not None:

@@ -42,6 +42,11 @@ if step == "dump":
     if kind == "array":
         big = np.arange(n, dtype=np.int64)
         big[::4097] = -big[::4097]  # not a pure ramp
+    elif kind == "random":  # incompressible: the file is as large as the array
+        big = np.empty(n)
+        rng = np.random.default_rng(7)
+        for start in range(0, n, 1 << 24):
+            big[start : start + (1 << 24)] = rng.random(min(1 << 24, n - start))
     else:  # a bytearray: the pickler writes it in band, blpickle splices it out
         big = bytearray(nbytes)
         view = np.frombuffer(big, np.uint8)
@@ -66,6 +71,11 @@ else:
             expected = np.arange(start, min(start + step_size, n), dtype=np.int64)
             expected[(-start) % 4097 :: 4097] *= -1
             ok = ok and np.array_equal(big[start : start + step_size], expected)
+    elif kind == "random":
+        rng = np.random.default_rng(7)
+        ok = ok and big.shape == (n,) and big.flags.writeable
+        for start in range(0, n, 1 << 24):
+            ok = ok and np.array_equal(big[start : start + (1 << 24)], rng.random(min(1 << 24, n - start)))
     else:
         ok = ok and type(big) is bytearray and len(big) == nbytes
         view = np.frombuffer(big, np.uint8)
@@ -87,7 +97,7 @@ def _run(step: str, kind: str, path: str, nbytes: int) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "nbytes"), [("array", NBYTES), ("bytearray", 3 * 2**29)])
+@pytest.mark.parametrize(("kind", "nbytes"), [("array", NBYTES), ("bytearray", 3 * 2**29), ("random", 2**30)])
 def test_big_buffers_round_trip_in_bounded_memory(tmp_path, kind, nbytes):
     path = str(tmp_path / "big.blp")
     dumped = _run("dump", kind, path, nbytes)
