@@ -8,10 +8,10 @@ pool to hang a forked child) and a forked child starts new pools.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import io
-import contextlib
 import mmap
 import os
 import sys
