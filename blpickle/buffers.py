@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pickle import PickleBuffer
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Payload", "shuffle_typesize"]
+__all__ = ["Payload", "shuffle_typesize", "spread_sample"]
 
 #: Blosc2's largest typesize.
 _MAX_TYPESIZE = 255
@@ -64,6 +65,13 @@ class Payload:
         """Wrap a contiguous PickleBuffer; its format gives the element size."""
         return cls(buffer.raw(), None, memoryview(buffer).itemsize)
 
+    def sample(self, size: int) -> Any:
+        """Return about ``size`` bytes of the data for choosing how to compress it (see
+        :func:`spread_sample`; for a strided view, its first ``size`` bytes)."""
+        if self._contiguous is not None:
+            return spread_sample(self._contiguous, size, self.itemsize)
+        return next(self.chunks(max(size - size % self.chunk_multiple, self.chunk_multiple)), b"")
+
     @property
     def chunk_multiple(self) -> int:
         """Chunks of strided data must hold whole elements."""
@@ -84,6 +92,19 @@ class Payload:
             piece = np.empty(min(step, array.size - start), dtype=array.dtype)
             _copy_flat_range(array, start, start + piece.size, piece)
             yield piece.view(np.uint8)
+
+
+def spread_sample(data: Any, size: int, align: int = 1, pieces: int = 4) -> Any:
+    """Return about ``size`` bytes of ``data`` to try compressors on: all of it if it is that
+    small, else ``pieces`` pieces spread from its start to its end, each starting at a
+    multiple of ``align`` (the element size, so that a shuffle sees whole elements)."""
+    view = memoryview(data).cast("B")
+    piece = max(size // pieces // align * align, align)
+    if view.nbytes <= pieces * piece:
+        return view
+    last = (view.nbytes - piece) // align
+    starts = [last * i // (pieces - 1) * align for i in range(pieces)]
+    return b"".join(view[start : start + piece] for start in starts)
 
 
 def _copy_flat_range(array: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:

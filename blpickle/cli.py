@@ -294,7 +294,7 @@ def _record_lines(info: RecordInfo) -> list[str]:
         raw = sum(b.nbytes for b in info.buffers)
         stored = sum(b.stored for b in info.buffers)
         lines.append(f"  buffers: {len(info.buffers)}, {human_size(raw)} ({human_size(stored)} stored)")
-        rows = [("#", "dtype", "shape", "raw", "stored", "ratio", "chunks")]
+        rows = [("#", "dtype", "shape", "raw", "stored", "ratio", "chunks", "codec")]
         for n, b in enumerate(info.buffers):
             shape = (
                 "-"
@@ -310,6 +310,7 @@ def _record_lines(info: RecordInfo) -> list[str]:
                     human_size(b.stored) + (" raw" if b.raw else ""),
                     f"{b.ratio:.2f}",
                     str(b.nchunks),
+                    b.codec or ("-" if b.raw else "?"),
                 )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -477,8 +478,8 @@ def _add_codec_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--preset", choices=list(PRESETS), help="start from a named preset (default: default)")
     group.add_argument(
         "--codec",
-        choices=["zstd", "lz4", "lz4hc", "blosclz", "zlib", "none"],
-        help="Blosc2 codec; none stores buffers raw and mappable",
+        choices=["auto", "zstd", "lz4", "lz4hc", "blosclz", "zlib", "none"],
+        help="Blosc2 codec (auto: zstd or lz4 for each buffer from a sample); none stores buffers raw and mappable",
     )
     group.add_argument("--clevel", type=int, metavar="0-9", help="compression level")
     group.add_argument(

@@ -123,6 +123,7 @@ class StreamInfo:
         shape: shape of that array (informational).
         splice: for a large bytes, bytearray or str payload the pickler wrote in band: the
             offset in the pickle stream where its bytes belong. None for out-of-band buffers.
+        codec: the Blosc2 codec its chunks were compressed with (informational).
     """
 
     nbytes: int
@@ -132,6 +133,7 @@ class StreamInfo:
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
     splice: int | None = None
+    codec: str | None = None
 
     @property
     def nchunks(self) -> int:
@@ -154,6 +156,8 @@ class StreamInfo:
             out["shape"] = list(self.shape)
         if self.splice is not None:
             out["splice"] = self.splice
+        if self.codec is not None:
+            out["codec"] = self.codec
         return out
 
 
@@ -242,7 +246,10 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     splice = doc.get("splice")
     if splice is not None and (not isinstance(splice, int) or isinstance(splice, bool) or splice < 0):
         raise CorruptError(f"{where}: splice must be a non-negative offset")
-    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice)
+    codec = doc.get("codec")
+    if codec is not None and not isinstance(codec, str):
+        raise CorruptError(f"{where}: codec must be a string")
+    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec)
 
 
 @dataclasses.dataclass

@@ -24,7 +24,8 @@ __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
 @dataclasses.dataclass(frozen=True)
 class BufferInfo:
     """One out-of-band buffer of a record (``splice`` is set for a large bytes, bytearray or
-    str payload stored apart from the pickle: its offset in the pickle)."""
+    str payload stored apart from the pickle: its offset in the pickle; ``codec`` is the
+    Blosc2 codec its chunks were compressed with)."""
 
     nbytes: int
     stored: int
@@ -34,6 +35,7 @@ class BufferInfo:
     dtype: str | None
     shape: tuple[int, ...] | None
     splice: int | None = None
+    codec: str | None = None
 
     @property
     def ratio(self) -> float:
@@ -116,7 +118,7 @@ def inspect(
         header = reader.header
         stored = _stored_sizes(header.streams, index.csizes)
         buffers = tuple(
-            BufferInfo(s.nbytes, size, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape, s.splice)
+            BufferInfo(s.nbytes, size, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape, s.splice, s.codec)
             for s, size in zip(header.streams[1:], stored[1:], strict=True)
         )
         return RecordInfo(

@@ -201,8 +201,7 @@ class _RecordPickler:
         raw = self.options.codec is None
         infos = []
         for payload, splice in streams:
-            multiple = payload.chunk_multiple
-            chunk_size = max(self.options.chunk_size // multiple * multiple, multiple)
+            chunk_size = self.options.chunk_size_for(payload.nbytes, payload.chunk_multiple)
             infos.append(
                 fmt.StreamInfo(
                     nbytes=payload.nbytes,

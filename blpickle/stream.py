@@ -9,6 +9,7 @@ pool to hang a forked child) and a forked child starts new pools.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import io
@@ -28,7 +29,7 @@ import xxhash
 from . import format as fmt
 from .buffers import Payload
 from .errors import ChecksumError, CorruptError, DumpError, LimitError, SignatureError, TruncatedError
-from .options import Options
+from .options import Options, choose_codec, compress_chunk
 
 __all__ = [
     "CountingWriter",
@@ -51,6 +52,8 @@ R = TypeVar("R")
 
 #: Raw payloads are read and hashed in pieces of this size.
 _RAW_READ_SIZE = 8 << 20
+#: Bytes of each stream compressed twice to choose its codec, with codec "auto".
+_SAMPLE_SIZE = 192 << 10
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -129,6 +132,7 @@ def write_record(
         DumpError: when Blosc2 cannot compress a chunk.
     """
     out = CountingWriter(file)
+    header = _choose_codecs(header, payloads, options)
     header_bytes = header.encode()
     head = fmt.encode_preamble(len(header_bytes), 0 if key is None else fmt.FLAG_SIGNED) + header_bytes
     header_checksum = fmt.checksum(head)
@@ -137,12 +141,12 @@ def write_record(
     digests: list[bytes] = []
     sign = key is not None
     threads = options.threads
-    cparams_by_itemsize: dict[int, dict] = {}
+    cparams_cache: dict[tuple[str, int], dict] = {}
 
     def compress(job: tuple[int, Any, dict]) -> tuple[bytes, int, bytes | None]:
         frame, piece, cparams = job
         try:
-            packed = blosc2.compress2(piece, **cparams)
+            packed = compress_chunk(piece, cparams)
         except Exception as exc:
             raise DumpError(f"Blosc2 could not compress a chunk of {len(piece)} bytes: {exc}") from exc
         return (
@@ -159,9 +163,9 @@ def write_record(
                 else []
             )
         else:
-            cparams = cparams_by_itemsize.get(info.itemsize) or cparams_by_itemsize.setdefault(
-                info.itemsize, options.blosc2_cparams(info.itemsize)
-            )
+            if (info.codec, info.itemsize) not in cparams_cache:
+                cparams_cache[info.codec, info.itemsize] = options.blosc2_cparams(info.itemsize, info.codec)
+            cparams = cparams_cache[info.codec, info.itemsize]
             jobs = (
                 (frame, piece, cparams) for frame, piece in enumerate(payload.chunks(info.chunk_size), start=len(index))
             )
@@ -178,6 +182,17 @@ def write_record(
     trailer = index.encode()
     footer = fmt.FOOTER.pack(len(trailer), fmt.checksum(trailer, header_checksum), fmt.END_MAGIC)
     out.write(fmt.U64.pack(len(trailer)) + trailer + footer)
+
+
+def _choose_codecs(header: fmt.Header, payloads: Sequence[Payload], options: Options) -> fmt.Header:
+    """Return the header with the codec of each compressed stream set (see ``choose_codec``)."""
+    streams = tuple(
+        info
+        if info.raw
+        else dataclasses.replace(info, codec=choose_codec(options, payload.sample(_SAMPLE_SIZE), info.itemsize))
+        for info, payload in zip(header.streams, payloads, strict=True)
+    )
+    return dataclasses.replace(header, streams=streams)
 
 
 Frame = tuple[int, int, int, "bytes | None"]  # offset, stored size, checksum, digest

@@ -3,10 +3,11 @@
 import json
 
 import blosc2
+import numpy as np
 import pytest
 
 import blpickle
-from blpickle.options import PRESETS, Options, resolve_options
+from blpickle.options import PRESETS, Options, compress_chunk, resolve_options
 
 
 def test_defaults_round_trip_through_json():
@@ -80,3 +81,15 @@ def test_every_preset_round_trips_data(preset):
 
     array = np.arange(100_000, dtype="f4")
     assert np.array_equal(blpickle.loads(blpickle.dumps(array, preset=preset)), array)
+
+
+@pytest.mark.parametrize("typesize", [1, 2, 3, 4, 8, 12, 16, 255])
+def test_zstd_blocks_round_trip_for_every_element_and_data_size(typesize):
+    """Blosc2 writes wrong chunks for an explicit block size that is larger than the data or
+    not a multiple of the element size: compress_chunk must never ask for one."""
+    rng = np.random.default_rng(typesize)
+    options = Options(codec="zstd")
+    for nbytes in (1, 3099, 300_001, (1 << 20) - 1, (1 << 20) + 3, (3 << 20) + 7):
+        data = (np.cumsum(rng.integers(-2, 3, nbytes)) % 256).astype(np.uint8).tobytes()
+        for cparams in (options.blosc2_cparams(typesize), options.replace(bytedelta=True).blosc2_cparams(typesize)):
+            assert blosc2.decompress2(compress_chunk(data, cparams)) == data, (nbytes, cparams["filters"])

@@ -26,9 +26,9 @@ import blosc2
 import cloudpickle
 import numpy as np
 
-from ..buffers import shuffle_typesize
+from ..buffers import shuffle_typesize, spread_sample
 from ..errors import CorruptError, OptionsError
-from ..options import Options, resolve_options
+from ..options import Options, choose_codec, compress_chunk, resolve_options
 from ..stream import map_ordered
 
 __all__ = ["Buffer", "WireOptions", "pickle_graph", "unpickle_graph", "wire_options"]
@@ -40,8 +40,6 @@ MiB = 1 << 20
 #: both processes busy, and cloudpickle so that lambdas and ``__main__`` functions travel.
 TRANSFER_DEFAULTS = Options(codec="lz4", clevel=5, chunk_size=4 * MiB, pickler="cloudpickle")
 
-#: Compressed chunks are never smaller than this (Blosc2's per-call setup dominates below).
-_MIN_CHUNK = 1 * MiB
 #: "auto" compression looks at this many pieces of the buffer ...
 _SAMPLES = 4
 #: ... of this many bytes each.
@@ -175,14 +173,16 @@ class Buffer:
         view: its bytes (a contiguous ``"B"`` memoryview, not copied).
         typesize: the element size for the shuffle filter.
         chunk_size: bytes per compressed chunk, or 0 to send it raw.
+        codec: the Blosc2 codec its chunks are compressed with.
     """
 
-    __slots__ = ("chunk_size", "typesize", "view")
+    __slots__ = ("chunk_size", "codec", "typesize", "view")
 
     def __init__(self, view: memoryview, typesize: int, chunk_size: int = 0) -> None:
         self.view = view
         self.typesize = typesize
         self.chunk_size = chunk_size
+        self.codec: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -281,47 +281,31 @@ def unpickle_graph(graph: Any, buffers: Iterable[Any]) -> Any:
 
 
 def plan(buffers: list[Buffer], wire: WireOptions) -> None:
-    """Decide, per buffer, whether it travels raw or compressed (sets ``chunk_size``)."""
+    """Decide, per buffer, whether it travels raw or compressed, and with which codec (sets
+    ``chunk_size`` and ``codec``)."""
     if not wire.compresses:
         return
     for buffer in buffers:
         if buffer.nbytes < max(wire.min_size, 1):
             continue
-        cparams = wire.options.blosc2_cparams(buffer.typesize)
-        if wire.compress == "auto" and not _sample_pays(buffer, cparams, wire.min_ratio):
-            continue
-        buffer.chunk_size = _chunk_size(buffer, wire.options)
-
-
-def _chunk_size(buffer: Buffer, options: Options) -> int:
-    """Chunks of ``options.chunk_size``, smaller for middle-sized buffers so that every thread
-    gets one; always a multiple of the element size."""
-    size = min(options.chunk_size, max(_MIN_CHUNK, -(-buffer.nbytes // options.threads)))
-    return max(size - size % buffer.typesize, buffer.typesize)
-
-
-def _sample_pays(buffer: Buffer, cparams: dict, min_ratio: float) -> bool:
-    """Compress a few pieces spread over the buffer; True when they shrink by ``min_ratio``."""
-    view, step = buffer.view, buffer.typesize
-    piece = max(_SAMPLE_SIZE - _SAMPLE_SIZE % step, step)
-    if view.nbytes <= _SAMPLES * piece:
-        sample = view
-    else:
-        last = (view.nbytes - piece) // step
-        starts = [last * i // (_SAMPLES - 1) * step for i in range(_SAMPLES)]
-        sample = b"".join(view[start : start + piece] for start in starts)
-    packed = blosc2.compress2(sample, **cparams)
-    return len(packed) * min_ratio <= memoryview(sample).nbytes
+        sample = spread_sample(buffer.view, _SAMPLES * _SAMPLE_SIZE, buffer.typesize, _SAMPLES)
+        codec = choose_codec(wire.options, sample, buffer.typesize)
+        if wire.compress == "auto":
+            packed = compress_chunk(sample, wire.options.blosc2_cparams(buffer.typesize, codec))
+            if len(packed) * wire.min_ratio > memoryview(sample).nbytes:
+                continue  # compression does not pay: send it raw
+        buffer.codec = codec
+        buffer.chunk_size = wire.options.chunk_size_for(buffer.nbytes, buffer.typesize)
 
 
 def compressed_chunks(buffer: Buffer, options: Options) -> Iterator[bytes]:
     """Yield the compressed chunks of a planned buffer in order, compressing ahead in threads."""
-    cparams = options.blosc2_cparams(buffer.typesize)
+    cparams = options.blosc2_cparams(buffer.typesize, buffer.codec)
     view, size = buffer.view, buffer.chunk_size
     pieces = (view[start : start + size] for start in range(0, view.nbytes, size))
 
     def compress(piece: memoryview) -> bytes:
-        return blosc2.compress2(piece, **cparams)
+        return compress_chunk(piece, cparams)
 
     yield from map_ordered(compress, pieces, buffer.nchunks, options.threads)
 

@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pickle import PicklingError
 from typing import Any, BinaryIO
 
-import blosc2
 import joblib
 import numpy as np
 from joblib._store_backends import CacheWarning, FileSystemStoreBackend
@@ -44,6 +43,7 @@ from joblib.logger import format_time
 
 from .. import format as fmt
 from ..arrays import rebuild_ndarray
+from ..buffers import spread_sample
 from ..errors import (
     BadMagicError,
     BlpickleWarning,
@@ -56,7 +56,7 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..files import is_path
-from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, resolve_options
+from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, choose_codec, compress_chunk, resolve_options
 from ..pickler import Unpickler
 from ..pickler import dump as blpickle_dump
 from ..pickler import load as blpickle_load
@@ -108,7 +108,7 @@ SAMPLE_PIECE_SIZE = 16 << 10
 #: times, a few bytes more or less in the sample say nothing about the chunk).
 ALTERNATIVE_GAIN = 0.97
 ALTERNATIVE_SAVING = 0.005
-#: The compressor's default: blpickle's default options (zstd, level 1, shuffle) in chunks of
+#: The compressor's default: blpickle's default options (codec "auto", shuffle) in chunks of
 #: 4 MiB rather than 8: joblib writes 16 MiB at a time, and with 4 MiB chunks the memory in
 #: flight halves (about 55 MiB at the peak of a dump on 2 threads) at the same speed.
 STREAM_OPTIONS = Options(chunk_size=4 << 20)
@@ -135,16 +135,10 @@ def pick_filters(chunk: Any, options: Options, alternatives: Sequence[Options] =
     :data:`SAMPLE_PIECES` pieces of :data:`SAMPLE_PIECE_SIZE` bytes spread over the chunk, each
     starting at a multiple of 16 bytes from the chunk start.
     """
-    data = np.frombuffer(chunk, dtype=np.uint8)
-    if data.size <= SAMPLE_PIECES * SAMPLE_PIECE_SIZE:
-        sample = data
-    else:
-        span = data.size - SAMPLE_PIECE_SIZE
-        starts = [span * k // (SAMPLE_PIECES - 1) // 16 * 16 for k in range(SAMPLE_PIECES)]
-        sample = np.concatenate([data[s : s + SAMPLE_PIECE_SIZE] for s in starts])
+    sample = spread_sample(chunk, SAMPLE_PIECES * SAMPLE_PIECE_SIZE, 16, SAMPLE_PIECES)
 
     def size(candidate: Options, typesize: int) -> int:
-        return len(blosc2.compress2(sample, **candidate.blosc2_cparams(typesize)))
+        return len(compress_chunk(sample, candidate.blosc2_cparams(typesize)))
 
     if options.shuffle == "noshuffle" and not options.bytedelta:
         typesize = 1  # the element size changes nothing
@@ -152,13 +146,17 @@ def pick_filters(chunk: Any, options: Options, alternatives: Sequence[Options] =
         probe = options.replace(codec="lz4", clevel=1)
         sizes = [size(probe, t) for t in TYPESIZES]
         typesize = TYPESIZES[sizes.index(min(sizes))]
+    if options.codec == "auto":
+        options = options.replace(codec=choose_codec(options, sample, typesize))
     if not alternatives:
         return options, typesize
     best, best_size = options, size(options, typesize)
     for candidate in alternatives:
+        if candidate.codec == "auto":
+            candidate = candidate.replace(codec=options.codec)
         candidate_size = size(candidate, typesize)
         saved = best_size - candidate_size
-        if saved > best_size * (1 - ALTERNATIVE_GAIN) and saved > sample.size * ALTERNATIVE_SAVING:
+        if saved > best_size * (1 - ALTERNATIVE_GAIN) and saved > memoryview(sample).nbytes * ALTERNATIVE_SAVING:
             best, best_size = candidate, candidate_size
     return best, typesize
 
@@ -392,7 +390,7 @@ class BloscFile(io.RawIOBase):
         index, chunk = job
         try:
             options, typesize = pick_filters(chunk, self._options, self._alternatives)
-            packed = blosc2.compress2(chunk, **options.blosc2_cparams(typesize))
+            packed = compress_chunk(chunk, options.blosc2_cparams(typesize))
         except Exception as exc:
             raise DumpError(f"Blosc2 could not compress chunk {index} ({len(chunk)} bytes): {exc}") from exc
         self._recycle(chunk)
@@ -653,7 +651,7 @@ def options_for_compress(compress: Any) -> Options:
     """Return the blpickle options that match a joblib ``compress`` value.
 
     ``False``/``0``/``None`` store buffers raw (mappable with ``mmap_mode``), ``True`` is
-    blpickle's default (zstd, level 1, shuffle), an integer 1-9 is that level of the default
+    blpickle's default (codec "auto", level 1, shuffle), an integer 1-9 is that level of the default
     codec; a name or a ``(name, level)`` pair picks the Blosc2 codec closest to that joblib
     compressor (``"zlib"``/``"gzip"`` -> zlib, ``"lz4"`` -> lz4, ``"bz2"``/``"lzma"``/``"xz"`` ->
     zstd, ``"blosc"`` -> the default), level 0 meaning raw. An :class:`Options` or a preset name
