@@ -77,9 +77,7 @@ def blpickle_contender(name: str, **options: Any) -> Contender:
 
 
 def _joblib(name: str, compress: Any, slow: bool = False) -> Contender:
-    return Contender(
-        name, functools.partial(joblib.dump, compress=compress), joblib.load, ".joblib", slow=slow
-    )
+    return Contender(name, functools.partial(joblib.dump, compress=compress), joblib.load, ".joblib", slow=slow)
 
 
 def contenders() -> list[Contender]:

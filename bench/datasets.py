@@ -60,11 +60,7 @@ def same(expected: Any, actual: Any) -> bool:
     """Whether a loaded object equals the original: arrays and dicts by value, a fitted model
     by its predictions (its structured arrays have padding bytes that need not survive)."""
     if isinstance(expected, np.ndarray):
-        return (
-            isinstance(actual, np.ndarray)
-            and actual.dtype == expected.dtype
-            and np.array_equal(actual, expected)
-        )
+        return isinstance(actual, np.ndarray) and actual.dtype == expected.dtype and np.array_equal(actual, expected)
     if isinstance(expected, dict):
         return actual == expected
     probe = np.random.default_rng(1).standard_normal((500, expected.n_features_in_))

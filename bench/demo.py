@@ -28,7 +28,9 @@ def make_experiment(size_mb: int, seed: int = 0) -> dict:
     t = np.arange(n)
     return {
         "timestamps": np.datetime64("2026-01-01T00:00:00", "ms") + t.astype("m8[ms]"),
-        "signal": np.stack([np.sin(t / 500) + rng.normal(0, 0.05, n), np.cos(t / 700) + rng.normal(0, 0.05, n)], axis=1),
+        "signal": np.stack(
+            [np.sin(t / 500) + rng.normal(0, 0.05, n), np.cos(t / 700) + rng.normal(0, 0.05, n)], axis=1
+        ),
         "labels": (t // 10_000 % 7).astype(np.int16),
         "frames": (rng.random((max(n // 4096, 1), 64, 64)) * 255).astype(np.float32).round(),
         "meta": {"instrument": "demo", "rate_hz": 1000, "channels": ["x", "y"]},
@@ -89,17 +91,23 @@ def run(size_mb: int, directory: str, repeat: int) -> list[dict]:
         loaded = load(path)
         assert all(np.array_equal(loaded[k], obj[k]) for k in obj if isinstance(obj[k], np.ndarray))
         size = os.path.getsize(path)
-        rows.append({"method": name, "size": size, "ratio": nbytes / size, "dump_s": dump_s, "load_s": load_s, "nbytes": nbytes})
+        rows.append(
+            {"method": name, "size": size, "ratio": nbytes / size, "dump_s": dump_s, "load_s": load_s, "nbytes": nbytes}
+        )
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
     base = rows[0]
-    print(f"{'method':22s} {'file MB':>9s} {'ratio':>7s} {'dump MB/s':>10s} {'load MB/s':>10s} {'blpickle dump/load speed-up':>28s}")
+    print(
+        f"{'method':22s} {'file MB':>9s} {'ratio':>7s} {'dump MB/s':>10s} {'load MB/s':>10s} {'blpickle dump/load speed-up':>28s}"
+    )
     for r in rows:
         mb = r["nbytes"] / 1e6
         speedup = f"{r['dump_s'] / base['dump_s']:.1f}x / {r['load_s'] / base['load_s']:.1f}x"
-        print(f"{r['method']:22s} {r['size'] / 1e6:9.1f} {r['ratio']:7.2f} {mb / r['dump_s']:10.0f} {mb / r['load_s']:10.0f} {speedup:>28s}")
+        print(
+            f"{r['method']:22s} {r['size'] / 1e6:9.1f} {r['ratio']:7.2f} {mb / r['dump_s']:10.0f} {mb / r['load_s']:10.0f} {speedup:>28s}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

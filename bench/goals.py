@@ -51,9 +51,7 @@ class Goal:
         """The goal, the worst measured value, the threshold and every value."""
         if self.worst is None:
             return f"{self.text}: not measured in this run"
-        values = ", ".join(
-            f"{label} {value:.3g}{self.unit}" for label, value in self.measured.items()
-        )
+        values = ", ".join(f"{label} {value:.3g}{self.unit}" for label, value in self.measured.items())
         need = f"need {self.op} {self.threshold:.3g}{self.unit}"
         return f"{self.text}: worst {self.worst:.3g}{self.unit} ({need}; {values})"
 
@@ -73,9 +71,7 @@ def speed(row: dict, what: str) -> float:
     return row["nbytes"] / 1e6 / row[what]["min"]
 
 
-def _relative(
-    rows: list[dict], method: str, what: str, datasets: tuple[str, ...] | None = None
-) -> dict[str, float]:
+def _relative(rows: list[dict], method: str, what: str, datasets: tuple[str, ...] | None = None) -> dict[str, float]:
     """blpickle default's ``what`` over ``method``'s, per (dataset, size) where both ran."""
     found = {(r["dataset"], r["size"], r["method"]): r for r in rows}
     out = {}
@@ -88,9 +84,7 @@ def _relative(
 
 def _growth(rows: list[dict], what: str) -> dict[str, float]:
     """blpickle default's speed at the largest array size over its speed at the mid size."""
-    ours = {
-        (r["dataset"], r["size"]): r for r in rows if r["method"] == DEFAULT and r["size"] in SIZES
-    }
+    ours = {(r["dataset"], r["size"]): r for r in rows if r["method"] == DEFAULT and r["size"] in SIZES}
     largest = max((size for _, size in ours), key=SIZES.__getitem__, default="mid")
     return {
         f"{dataset} {largest}/mid": speed(ours[dataset, largest], what) / speed(row, what)
@@ -124,12 +118,8 @@ def check(rows: list[dict], memory: list[dict]) -> list[Goal]:
             _relative(arrays, "joblib lz4-3 (HC)", "dump"),
         ),
         Goal("ratio better than joblib lz4", ">", 1, _relative(arrays, "joblib lz4", "ratio")),
-        Goal(
-            "ratio >= blosc2 save_tensor", ">=", 1, _relative(arrays, "blosc2 save_tensor", "ratio")
-        ),
-        Goal(
-            "load (hot) faster than pickle p5", ">", 1, _relative(arrays, "pickle p5", "load_hot")
-        ),
+        Goal("ratio >= blosc2 save_tensor", ">=", 1, _relative(arrays, "blosc2 save_tensor", "ratio")),
+        Goal("load (hot) faster than pickle p5", ">", 1, _relative(arrays, "pickle p5", "load_hot")),
         Goal(
             "low entropy: dump faster than np.save",
             ">",

@@ -85,9 +85,7 @@ def bench_dump_load(arrays: dict[str, np.ndarray], tmp: Path, repeat: int) -> li
     for name, array in arrays.items():
         methods: dict[str, tuple[Callable[[Path], None], Callable[[Path], Any]]] = {
             label: (
-                lambda path, compress=compress, array=array: joblib.dump(
-                    array, path, compress=compress
-                ),
+                lambda path, compress=compress, array=array: joblib.dump(array, path, compress=compress),
                 joblib.load,
             )
             for label, compress in DUMP_METHODS.items()
@@ -185,8 +183,7 @@ def bench_cache_hits(arrays: dict[str, np.ndarray], tmp: Path, repeat: int) -> l
             }
         )
         print(
-            f"  {label:46s} size {size / MB:7.1f} MB  hit {hit_time * 1e3:8.1f} ms "
-            f"({rows[-1]['hit_MBps']:6.0f} MB/s)",
+            f"  {label:46s} size {size / MB:7.1f} MB  hit {hit_time * 1e3:8.1f} ms ({rows[-1]['hit_MBps']:6.0f} MB/s)",
             flush=True,
         )
         memory.clear(warn=False)
@@ -215,24 +212,19 @@ def summarize(dump_rows: list[dict], cache_rows: list[dict]) -> dict:
             "blosc_load_speedup_vs_lz4": row(array, "joblib lz4")["load_s"] / blosc["load_s"],
         }
     hits = {r["setup"]: r["hit_s"] for r in cache_rows}
-    fastest_joblib = min(
-        t for s, t in hits.items() if s.startswith("joblib store") and "mmap" not in s
-    )
+    fastest_joblib = min(t for s, t in hits.items() if s.startswith("joblib store") and "mmap" not in s)
     return {
         "per_array": per_array,
         "goals": {
             "blosc ratio >= 90% of blpickle.dump (float32, float64, int16)": all(
                 v["blosc_ratio_vs_blpickle"] >= 0.9 for v in per_array.values()
             ),
-            "blosc dump >= 10x joblib zlib": all(
-                v["blosc_dump_speedup_vs_zlib"] >= 10 for v in per_array.values()
-            ),
+            "blosc dump >= 10x joblib zlib": all(v["blosc_dump_speedup_vs_zlib"] >= 10 for v in per_array.values()),
             "blpickle store cache hit faster than joblib's store (uncompressed and compressed)": (
                 hits["blpickle store, uncompressed"] < fastest_joblib
             ),
             "blpickle store mmap hit faster than joblib's store mmap hit": (
-                hits["blpickle store, uncompressed, mmap_mode='r'"]
-                < hits["joblib store, uncompressed, mmap_mode='r'"]
+                hits["blpickle store, uncompressed, mmap_mode='r'"] < hits["joblib store, uncompressed, mmap_mode='r'"]
             ),
         },
     }
@@ -249,8 +241,7 @@ def print_tables(dump_rows: list[dict], cache_rows: list[dict], summary: dict) -
         )
     print("\ncompress='blosc' compared (this run)")
     print(
-        "| array    | ratio vs blpickle.dump | ratio vs lz4 | dump vs zlib | load vs zlib "
-        "| dump vs lz4 | load vs lz4 |"
+        "| array    | ratio vs blpickle.dump | ratio vs lz4 | dump vs zlib | load vs zlib | dump vs lz4 | load vs lz4 |"
     )
     print(f"|{'-' * 10}|{'-' * 24}|{'-' * 14}|{'-' * 14}|{'-' * 14}|{'-' * 13}|{'-' * 13}|")
     for array, v in summary["per_array"].items():
@@ -281,9 +272,7 @@ def environment() -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpus": len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "numpy": np.__version__,
         "blosc2": blosc2.__version__,
@@ -295,14 +284,10 @@ def environment() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--mb", type=float, default=80, help="size of each array in MB (default 80)"
-    )
+    parser.add_argument("--mb", type=float, default=80, help="size of each array in MB (default 80)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per timing; the best counts")
     parser.add_argument("--quick", action="store_true", help="8 MB arrays, 2 runs: a smoke test")
-    parser.add_argument(
-        "--tmpdir", default=None, help="where to write the files (default: system temp)"
-    )
+    parser.add_argument("--tmpdir", default=None, help="where to write the files (default: system temp)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON file to write")
     args = parser.parse_args(argv)
     if args.quick:

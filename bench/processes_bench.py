@@ -138,7 +138,12 @@ def bench_pool(ctx: Any, array: np.ndarray, repeats: int) -> dict[str, Any]:
         with peak_memory({"parent": os.getpid(), "worker": worker}) as peaks:
             result = pool.map(identity, [array])[0]
         check_same(array, result)
-    return {"send_s": send, "round_trip_s": trip, "peak_parent_bytes": peaks["parent"], "peak_worker_bytes": peaks["worker"]}
+    return {
+        "send_s": send,
+        "round_trip_s": trip,
+        "peak_parent_bytes": peaks["parent"],
+        "peak_worker_bytes": peaks["worker"],
+    }
 
 
 def bench_executor(ctx: Any, array: np.ndarray, repeats: int) -> dict[str, Any]:
@@ -150,7 +155,12 @@ def bench_executor(ctx: Any, array: np.ndarray, repeats: int) -> dict[str, Any]:
         with peak_memory({"parent": os.getpid(), "worker": worker}) as peaks:
             result = executor.submit(identity, array).result()
         check_same(array, result)
-    return {"send_s": send, "round_trip_s": trip, "peak_parent_bytes": peaks["parent"], "peak_worker_bytes": peaks["worker"]}
+    return {
+        "send_s": send,
+        "round_trip_s": trip,
+        "peak_parent_bytes": peaks["parent"],
+        "peak_worker_bytes": peaks["worker"],
+    }
 
 
 def run_multiprocessing(sizes: list[int]) -> list[dict[str, Any]]:
@@ -230,10 +240,19 @@ def run_dask(sizes: list[int]) -> list[dict[str, Any]]:
         return []
     logging.getLogger("distributed").setLevel(logging.ERROR)
     rows = []
-    with LocalCluster(processes=True, n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address=None, worker_dashboard_address=None) as cluster:
+    with LocalCluster(
+        processes=True,
+        n_workers=1,
+        threads_per_worker=1,
+        host="127.0.0.1",
+        dashboard_address=None,
+        worker_dashboard_address=None,
+    ) as cluster:
         clients = {
             "dask default": Client(cluster, set_as_default=False),
-            "blpickle": Client(cluster, serializers=bl_dask.SERIALIZERS, deserializers=bl_dask.DESERIALIZERS, set_as_default=False),
+            "blpickle": Client(
+                cluster, serializers=bl_dask.SERIALIZERS, deserializers=bl_dask.DESERIALIZERS, set_as_default=False
+            ),
         }
         clients["blpickle"].register_plugin(bl_dask.WorkerPlugin())
         try:
@@ -316,13 +335,26 @@ def check_goals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 ok, goal = speedup >= GOAL_SPEEDUP, f">= {GOAL_SPEEDUP}x faster"
             else:
                 ok, goal = speedup >= 1 / GOAL_MAX_SLOWDOWN, f"<= {GOAL_MAX_SLOWDOWN - 1:.0%} slower"
-            goals.append({"transport": row["transport"], "data": row["data"], "nbytes": row["nbytes"], "op": op, "speedup": speedup, "goal": goal, "met": ok})
+            goals.append(
+                {
+                    "transport": row["transport"],
+                    "data": row["data"],
+                    "nbytes": row["nbytes"],
+                    "op": op,
+                    "speedup": speedup,
+                    "goal": goal,
+                    "met": ok,
+                }
+            )
     return goals
 
 
 def markdown(results: dict[str, Any]) -> str:
     """The tables of docs/multiprocessing.md and docs/dask.md, from a saved run."""
-    lines = [f"Command: `{results['command']}` ({results['machine']['cpus']} CPUs, Python {results['machine']['python']}).", ""]
+    lines = [
+        f"Command: `{results['command']}` ({results['machine']['cpus']} CPUs, Python {results['machine']['python']}).",
+        "",
+    ]
 
     def ms(seconds: float) -> str:
         return f"{seconds * 1e3:,.0f}" if seconds >= 0.1 else f"{seconds * 1e3:.1f}"
@@ -344,7 +376,10 @@ def markdown(results: dict[str, Any]) -> str:
             )
         lines.append("")
     if results.get("loky"):
-        lines += ["| max_nbytes | data | size | round trip ms loky default → blpickle | × |", "|---|---|---:|---:|---:|"]
+        lines += [
+            "| max_nbytes | data | size | round trip ms loky default → blpickle | × |",
+            "|---|---|---:|---:|---:|",
+        ]
         for row in results["loky"]:
             lines.append(
                 f"| {row['max_nbytes']} | {row['data']} | {row['nbytes'] / MB:.0f} MB | {ms(row['default']['round_trip_s'])} → {ms(row['blpickle']['round_trip_s'])} | {row['speedup']:.1f} |"
@@ -382,7 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     results: dict[str, Any] = {
         "command": "python bench/processes_bench.py" + (" --quick" if args.quick else ""),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(), "blpickle": blpickle.__version__},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "blpickle": blpickle.__version__,
+        },
         "start_method": METHOD,
         "blpickle_options": repr(bmp.get_context(METHOD).wire_options),
     }
@@ -400,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     if "goals" in results:
         print("\nGoals (multiprocessing, vs stdlib):")
         for goal in results["goals"]:
-            print(f"  {'met ' if goal['met'] else 'MISSED'} {goal['transport']:19s} {goal['data']:12s} {goal['nbytes'] / MB:6.0f} MB {goal['op']:10s} x{goal['speedup']:.2f} ({goal['goal']})")
+            print(
+                f"  {'met ' if goal['met'] else 'MISSED'} {goal['transport']:19s} {goal['data']:12s} {goal['nbytes'] / MB:6.0f} MB {goal['op']:10s} x{goal['speedup']:.2f} ({goal['goal']})"
+            )
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:
         json.dump(results, out, indent=1)

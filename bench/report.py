@@ -38,18 +38,14 @@ _SPEEDS = {"dump": "dump", "load_hot": "load (hot cache)", "load_cold": "load (c
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            return next(
-                line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")
-            )
+            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
 
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(
-            ["git", *args], cwd=_REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
+        return subprocess.run(["git", *args], cwd=_REPO, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -112,9 +108,7 @@ def group_text(group: list[dict], seconds: float) -> str:
 def memory_table(memory: list[dict]) -> list[tuple[str, ...]]:
     lines = [("method", "dataset/size", "dump MiB", "load MiB")]
     for m in memory:
-        lines.append(
-            (m["method"], f"{m['dataset']}/{m['size']}", f"{m['dump']:.1f}", f"{m['load']:.1f}")
-        )
+        lines.append((m["method"], f"{m['dataset']}/{m['size']}", f"{m['dump']:.1f}", f"{m['load']:.1f}"))
     return lines
 
 
@@ -130,10 +124,7 @@ def text_table(lines: list[tuple[str, ...]]) -> str:
     """Aligned columns: the first to the left, the others to the right."""
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return "\n".join(
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(line, widths, strict=True))
-        )
+        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
         for line in lines
     )
 
@@ -204,9 +195,7 @@ def markdown_report(doc: dict) -> str:
 def plot_speeds(rows: list[dict], path: str) -> None:
     """Paper-style grid: entropy down, size across; bars of dump and load speeds per method."""
     sizes = [s for s in SIZES if any(r["size"] == s for r in rows)]
-    fig, axes = plt.subplots(
-        len(ENTROPIES), len(sizes), figsize=(5 * len(sizes), 7 * len(ENTROPIES)), squeeze=False
-    )
+    fig, axes = plt.subplots(len(ENTROPIES), len(sizes), figsize=(5 * len(sizes), 7 * len(ENTROPIES)), squeeze=False)
     for (i, entropy), (j, size) in ((a, b) for a in enumerate(ENTROPIES) for b in enumerate(sizes)):
         ax = axes[i][j]
         group = [r for r in rows if r["dataset"] == entropy and r["size"] == size]
@@ -239,9 +228,7 @@ def plot_ratios(rows: list[dict], path: str) -> None:
     fig, ax = plt.subplots(figsize=(12, 5))
     x = np.arange(len(methods))
     for k, entropy in enumerate(ENTROPIES):
-        found = {
-            r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == entropy
-        }
+        found = {r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == entropy}
         ax.bar(x + (k - 1) * 0.27, [found.get(m, 0) for m in methods], width=0.27, label=entropy)
     ax.set_xticks(x, methods, rotation=40, ha="right", fontsize=8)
     ax.set_yscale("log")
