@@ -37,11 +37,12 @@ def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order:
     return np.frombuffer(buffer, dtype=dtype).reshape(shape, order=order)
 
 
-def reduce_ndarray(array: np.ndarray, placeholder: PickleBuffer) -> tuple[Any, tuple[Any, ...]]:
-    """Return the reduce value that rebuilds ``array`` from the out-of-band ``placeholder``.
+def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytearray) -> tuple[Any, tuple[Any, ...]]:
+    """Return the reduce value that rebuilds ``array`` from ``buffer``: an out-of-band
+    placeholder, or a copy of the data in band (``array.tobytes(order="A")``).
 
     Any strides are accepted: the data is stored in C order unless the array is Fortran
     contiguous (and not C contiguous).
     """
-    order = "F" if array.flags.f_contiguous and not array.flags.c_contiguous else "C"
-    return rebuild_ndarray, (placeholder, array.dtype, array.shape, order)
+    order = "F" if array.flags.fnc else "C"  # Fortran and not C contiguous
+    return rebuild_ndarray, (buffer, array.dtype, array.shape, order)

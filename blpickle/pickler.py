@@ -119,6 +119,8 @@ class _RecordPickler:
         self._streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset)
         self._graph = _Graph(self._streams, splice=self._protocol >= 4)
         self._user_callback = buffer_callback
+        # small arrays are copied in band (and compressed with the pickle stream), writable
+        self._copy_small_arrays = self._protocol >= 5 and buffer_callback is None and self.options.codec is not None
         self.dispatch_table = self._dispatch_table()
         callback = self._take_buffer if self._protocol >= 5 else buffer_callback
         self._init_pickler(self._graph, self._protocol, fix_imports, callback)
@@ -142,6 +144,13 @@ class _RecordPickler:
         self._slots = 0
 
     def _reduce_ndarray(self, array: np.ndarray) -> Any:
+        if (
+            self._copy_small_arrays
+            and array.nbytes < INBAND_LIMIT
+            and array.dtype.itemsize
+            and not array.dtype.hasobject
+        ):
+            return reduce_ndarray(array, bytearray(array.tobytes(order="A")))  # "A": the order reduce_ndarray names
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap and friends load as plain arrays
         contiguous = array.flags.c_contiguous or array.flags.f_contiguous
@@ -152,8 +161,6 @@ class _RecordPickler:
             or (self._user_callback is not None and (contiguous or array.nbytes < INBAND_LIMIT))
         ):
             return array.__reduce_ex__(self._protocol)
-        if array.nbytes < INBAND_LIMIT and self.options.codec is not None:  # a writable copy, in band
-            return reduce_ndarray(array, PickleBuffer(array.copy(order="A").reshape(-1, order="A").view(np.uint8)))
         placeholder = PickleBuffer(bytearray())
         self._placeholders[id(placeholder)] = (placeholder, array)
         return reduce_ndarray(array, placeholder)

@@ -52,8 +52,10 @@ R = TypeVar("R")
 
 #: Raw payloads are read and hashed in pieces of this size.
 _RAW_READ_SIZE = 8 << 20
-#: Bytes of each stream compressed twice to choose its codec, with codec "auto".
+#: Bytes of each stream compressed twice to choose its codec, with codec "auto": at most this,
+#: and at most an eighth of the stream (whose compression the sampling must not rival).
 _SAMPLE_SIZE = 192 << 10
+_SAMPLE_FRACTION = 8
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -189,7 +191,12 @@ def _choose_codecs(header: fmt.Header, payloads: Sequence[Payload], options: Opt
     streams = tuple(
         info
         if info.raw
-        else dataclasses.replace(info, codec=choose_codec(options, payload.sample(_SAMPLE_SIZE), info.itemsize))
+        else dataclasses.replace(
+            info,
+            codec=choose_codec(
+                options, payload.sample(min(_SAMPLE_SIZE, payload.nbytes // _SAMPLE_FRACTION)), info.itemsize
+            ),
+        )
         for info, payload in zip(header.streams, payloads, strict=True)
     )
     return dataclasses.replace(header, streams=streams)

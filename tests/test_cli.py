@@ -70,7 +70,7 @@ def call(capsys):
 def sample() -> dict:
     return {  # arrays over 64 KiB: smaller ones may stay in the pickle stream
         "ramp": np.arange(200_000, dtype=np.int64),
-        "noise": np.random.default_rng(0).random((200, 100)),
+        "noise": np.random.default_rng(0).random((1000, 100)),
         "meta": {"name": "sample", "rate": 1000},
     }
 
@@ -179,7 +179,7 @@ def test_info_describes_a_record(files):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "blpickle record" in out and "format version 1.0" in out
-    assert "int64" in out and "(200000,)" in out and "float64" in out and "(200, 100)" in out
+    assert "int64" in out and "(200000,)" in out and "float64" in out and "(1000, 100)" in out
     assert "codec=auto" in out and "chunk_size=64 KiB" in out
     assert " zstd" in out and " lz4" in out  # the codec "auto" chose for each buffer
     assert "blpickle.arrays.rebuild_ndarray" in out
@@ -506,7 +506,7 @@ def test_bench_a_file_json(files):
         assert row["size"] > 0 and row["dump_s"] > 0 and row["load_s"] > 0
         assert row["ratio"] == pytest.approx(row["nbytes"] / row["size"])
     default = next(r for r in doc["results"] if r["method"] == "blpickle default")
-    assert default["ratio"] > 5  # the ramp compresses
+    assert default["ratio"] > 2.5  # the ramp compresses (the noise alone would not reach 1.2)
 
 
 def test_bench_sample_datasets_table():
