@@ -66,14 +66,16 @@ class Run:
 
     def measure(self, todo: list[Contender], obj: Any, dataset: str, size: str) -> list[dict]:
         """Time the contenders in rounds, one run each per round, so that all of them meet the
-        same machine conditions; a contender stops once it has used the time budget.
+        same machine conditions (each round starts with the next contender: whoever runs first
+        after a new dataset is slower); a contender stops once it has used the time budget.
 
         Returns one row per contender with every run of ``dump``, ``load_hot``, ``load_cold``.
         """
         base = {"dataset": dataset, "size": size, "nbytes": nbytes(obj)}
         rows = [{**base, "method": c.name, "dump": [], "load_hot": [], "load_cold": []} for c in todo]
         for round_ in range(self.repeats[size]):
-            for contender, row in zip(todo, rows, strict=True):
+            first = round_ % len(todo)
+            for contender, row in zip(todo[first:] + todo[:first], rows[first:] + rows[:first], strict=True):
                 spent = sum(sum(row[what]) for what in SPEEDS)
                 if round_ == 0 or spent < self.budget:
                     self._one_run(contender, obj, row, first=round_ == 0)
