@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-import math
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -299,11 +298,6 @@ class FrameIndex:
 def total_frames(streams: Sequence[StreamInfo]) -> int:
     """Return the number of frames a record with these streams holds."""
     return sum(s.nchunks for s in streams)
-
-
-def nelements(shape: Sequence[int]) -> int:
-    """Return the number of elements of an array of this shape."""
-    return math.prod(shape)
 
 
 def _unpack(data: bytes, what: str) -> dict[str, Any]:
