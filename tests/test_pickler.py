@@ -13,6 +13,7 @@ import pytest
 from conftest import NonSeekable, assert_same_array, roundtrip
 
 import blpickle
+import blpickle.files
 from blpickle.stream import MemorySource, RecordReader
 
 DTYPES = [
@@ -379,6 +380,21 @@ def test_dump_to_a_path_is_atomic(tmp_file):
     blpickle.dump({"new": 1}, tmp_file)
     assert blpickle.load(tmp_file) == {"new": 1}
     assert os.stat(tmp_file).st_mode & 0o777 == 0o640
+
+
+@pytest.mark.skipif(blpickle.files._sync_file_range is None, reason="sync_file_range is Linux's")
+def test_dump_to_a_path_starts_writing_out_as_it_goes(tmp_path, monkeypatch):
+    calls = []
+    sync = blpickle.files._sync_file_range
+    monkeypatch.setattr(blpickle.files, "WRITEBACK_STEP", 1 << 20)
+    monkeypatch.setattr(blpickle.files, "_sync_file_range", lambda *args: calls.append(args[1:]) or sync(*args))
+    array = np.random.default_rng(0).random(1_000_000)  # 8 MB that do not compress
+    blpickle.dump(array, tmp_path / "x.blp", chunk_size=1 << 20)
+    assert_same_array(array, blpickle.load(tmp_path / "x.blp"))
+    assert len(calls) >= 3  # one each time a MiB or more was written
+    ends = [start + length for start, length, _ in calls]
+    assert [start for start, _, _ in calls] == [0, *ends[:-1]]  # consecutive ranges from the start
+    assert ends[-1] <= os.path.getsize(tmp_path / "x.blp")
 
 
 def test_dump_to_a_new_path_uses_the_umask(tmp_path):
