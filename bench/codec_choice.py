@@ -1,0 +1,106 @@
+"""Why blpickle's default codec is "auto": each codec choice, and zstd's block size, side by side.
+
+Run ``python -m bench.codec_choice`` (``--quick`` for 8 MB arrays). For each dataset of the
+Bloscpack paper (80 MB by default) it dumps and loads an array with codec "auto", zstd and lz4
+(level 1, shuffle), and with zstd at three block sizes, in interleaved rounds (the best of
+``--repeat`` runs counts); it prints a table and writes ``bench/results/codec_choice.json``.
+Files are written to the page cache (no fsync): this compares codecs, not disks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+import blpickle
+import blpickle.options
+
+from .datasets import ENTROPIES, make_array
+
+RESULTS = Path(__file__).parent / "results" / "codec_choice.json"
+#: (name, blpickle options, zstd block size or None for blpickle's own).
+VARIANTS = [
+    ("auto (default)", {}, None),
+    ("zstd, 1 MiB blocks", {"codec": "zstd"}, None),
+    ("lz4", {"codec": "lz4"}, None),
+    ("zstd, 256 KiB blocks", {"codec": "zstd"}, 256 << 10),
+    ("zstd, 512 KiB blocks", {"codec": "zstd"}, 512 << 10),
+]
+
+
+@contextmanager
+def zstd_blocksize(size: int | None) -> Iterator[None]:
+    """Use ``size`` as blpickle's zstd block size inside the block (None: leave it)."""
+    saved = blpickle.options.ZSTD_BLOCKSIZE
+    blpickle.options.ZSTD_BLOCKSIZE = size or saved
+    try:
+        yield
+    finally:
+        blpickle.options.ZSTD_BLOCKSIZE = saved
+
+
+def measure(array: np.ndarray, path: str, repeat: int) -> list[dict]:
+    """Best dump and load seconds and the file size of every variant on ``array``."""
+    best = {name: [float("inf"), float("inf"), 0] for name, _, _ in VARIANTS}
+    for _ in range(repeat):
+        for name, options, blocksize in VARIANTS:
+            with zstd_blocksize(blocksize):
+                start = time.perf_counter()
+                blpickle.dump(array, path, **options)
+                dumped = time.perf_counter()
+                blpickle.load(path)
+                loaded = time.perf_counter()
+            row = best[name]
+            row[:] = [min(row[0], dumped - start), min(row[1], loaded - dumped), os.path.getsize(path)]
+    codecs = {}
+    for name, options, blocksize in VARIANTS:  # which codec "auto" chose
+        with zstd_blocksize(blocksize):
+            blpickle.dump(array, path, **options)
+        codecs[name] = blpickle.inspect(path).buffers[0].codec
+    return [
+        {
+            "variant": name,
+            "codec": codecs[name],
+            "dump_MBps": array.nbytes / dump / 1e6,
+            "load_MBps": array.nbytes / load / 1e6,
+            "ratio": array.nbytes / size,
+        }
+        for name, (dump, load, size) in best.items()
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=float, default=80, help="size of each array in MB (default 80)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per variant; the best counts")
+    parser.add_argument("--quick", action="store_true", help="8 MB arrays, 2 runs")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON file to write")
+    args = parser.parse_args()
+    mb, repeat = (8, 2) if args.quick else (args.mb, args.repeat)
+    results = {"command": "python -m bench.codec_choice" + (" --quick" if args.quick else ""), "mb": mb, "rows": []}
+    print(f"{'dataset':8s} {'variant':22s} {'codec':6s} {'dump MB/s':>10s} {'load MB/s':>10s} {'ratio':>8s}")
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "array.blp")
+        for entropy in ENTROPIES:
+            array = make_array(entropy, int(mb * 1e6) // 8)
+            for row in measure(array, path, repeat):
+                results["rows"].append({"dataset": entropy, **row})
+                print(
+                    f"{entropy:8s} {row['variant']:22s} {row['codec']:6s} {row['dump_MBps']:10,.0f} "
+                    f"{row['load_MBps']:10,.0f} {row['ratio']:8.3g}"
+                )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    print(f"Results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
