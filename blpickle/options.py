@@ -92,7 +92,7 @@ class Options:
     clevel: int = 1
     shuffle: Shuffle = "shuffle"
     bytedelta: bool = False
-    chunk_size: int = 8 * MiB
+    chunk_size: int = 4 * MiB
     nthreads: int | None = None
     pickler: PicklerKind = "pickle"
 
