@@ -14,6 +14,8 @@ import pytest
 
 import blpickle
 from blpickle import format as fmt
+from blpickle.buffers import spread_sample
+from blpickle.options import choose_codec, compress_chunk
 
 from .datasets import ENTROPIES, make_array, make_objects
 
@@ -27,17 +29,24 @@ def chunk(request: pytest.FixtureRequest) -> np.ndarray:
     return make_array(request.param, CHUNK_ELEMENTS)
 
 
-def test_compress_chunk(benchmark, chunk: np.ndarray) -> None:
-    cparams = blpickle.Options().blosc2_cparams(8)
-    packed = benchmark(blosc2.compress2, chunk, **cparams)
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])  # what codec "auto" chooses between
+def test_compress_chunk(benchmark, chunk: np.ndarray, codec: str) -> None:
+    cparams = blpickle.Options().blosc2_cparams(8, codec)
+    packed = benchmark(compress_chunk, chunk, cparams)
     assert blosc2.get_cbuffer_sizes(packed)[0] == chunk.nbytes
 
 
-def test_decompress_chunk(benchmark, chunk: np.ndarray) -> None:
-    packed = blosc2.compress2(chunk, **blpickle.Options().blosc2_cparams(8))
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_decompress_chunk(benchmark, chunk: np.ndarray, codec: str) -> None:
+    packed = compress_chunk(chunk, blpickle.Options().blosc2_cparams(8, codec))
     out = np.empty_like(chunk)
     benchmark(blosc2.decompress2, packed, dst=out)
     assert np.array_equal(out, chunk)
+
+
+def test_choose_codec(benchmark, chunk: np.ndarray) -> None:
+    sample = spread_sample(chunk, 192 << 10, 8)
+    assert benchmark(choose_codec, blpickle.Options(), sample, 8) in ("zstd", "lz4")
 
 
 @pytest.fixture(scope="module")
