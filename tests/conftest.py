@@ -16,6 +16,11 @@ settings.register_profile("fuzz", max_examples=200_000, deadline=10_000)
 settings.load_profile("default")
 
 
+#: What joblib's files start with: pickle, then its compressors' prefixes (zlib, gzip, bz2, xz,
+#: lzma, lz4, its old zfile). blpickle's magics must collide with none.
+JOBLIB_PREFIXES = [b"\x80", b"\x78", b"\x1f\x8b", b"BZ", b"\xfd7zXZ", b"\x5d\x00", b"\x04\x22\x4d\x18", b"ZF"]
+
+
 def assert_same_array(expected: np.ndarray, actual: object) -> None:
     """Assert that ``actual`` is an ndarray equal to ``expected`` in dtype, shape, memory
     order and values (bit for bit), and that it is writable."""

@@ -4,23 +4,13 @@ import pickle
 
 import msgpack
 import pytest
+from conftest import JOBLIB_PREFIXES
 
 import blpickle
 from blpickle import format as fmt
 
 # Prefixes of the formats a blpickle record must never be mistaken for (design.md).
-FOREIGN_PREFIXES = [
-    b"\x80",
-    b"\x78",
-    b"\x1f\x8b",
-    b"BZ",
-    b"\xfd7zXZ",
-    b"\x5d\x00",
-    b"\x04\x22\x4d\x18",
-    b"ZF",
-    b"\x93NUMPY",
-    b"PK",
-]
+FOREIGN_PREFIXES = [*JOBLIB_PREFIXES, b"\x93NUMPY", b"PK"]
 
 
 def test_magic_collides_with_no_other_format():

@@ -26,6 +26,7 @@ import tracemalloc
 import joblib
 import numpy as np
 import pytest
+from conftest import JOBLIB_PREFIXES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from joblib import Memory, Parallel, delayed
@@ -36,17 +37,6 @@ import blpickle
 import blpickle.integrations
 from blpickle import format as fmt
 from blpickle.integrations import joblib as bj  # registers with joblib
-
-JOBLIB_PREFIXES = [
-    b"\x80",
-    b"\x78",
-    b"\x1f\x8b",
-    b"BZ",
-    b"\xfd7zXZ",
-    b"\x5d\x00",
-    b"\x04\x22\x4d\x18",
-    b"ZF",
-]
 
 
 def _detect(path) -> str:
