@@ -108,10 +108,9 @@ SAMPLE_PIECE_SIZE = 16 << 10
 #: times, a few bytes more or less in the sample say nothing about the chunk).
 ALTERNATIVE_GAIN = 0.97
 ALTERNATIVE_SAVING = 0.005
-#: The compressor's default: blpickle's default options (codec "auto", shuffle) in chunks of
-#: 4 MiB rather than 8: joblib writes 16 MiB at a time, and with 4 MiB chunks the memory in
-#: flight halves (about 55 MiB at the peak of a dump on 2 threads) at the same speed.
-STREAM_OPTIONS = Options(chunk_size=4 << 20)
+#: The compressor's default: blpickle's default options (codec "auto", shuffle, 4 MiB chunks;
+#: joblib writes 16 MiB at a time, cut into four chunks).
+STREAM_OPTIONS = Options()
 #: ``count`` for :func:`blpickle.stream.map_ordered`: the number of chunks is not known.
 _UNKNOWN_COUNT = 1 << 62
 
