@@ -180,12 +180,13 @@ AUTO_MIN_SAMPLE = 64 << 10
 def compress_chunk(data: Any, cparams: dict[str, Any]) -> bytes:
     """Compress ``data`` with ``blosc2.compress2`` and :meth:`Options.blosc2_cparams`.
 
-    An explicit block size is only used for data of at least one block: with a block larger
-    than the data, or not a multiple of the element size, Blosc2 (4.14) writes chunks that
-    decompress wrong, without an error (``tests/test_options.py`` holds it to this).
+    An explicit block size larger than the data shrinks to the data's whole elements: with a
+    block larger than the data, or not a multiple of the element size, Blosc2 (4.14) writes
+    chunks that decompress wrong, without an error (``tests/test_options.py`` holds it to this).
     """
-    if cparams.get("blocksize", 0) > memoryview(data).nbytes:
-        cparams = {**cparams, "blocksize": 0}
+    nbytes = memoryview(data).nbytes
+    if cparams.get("blocksize", 0) > nbytes:
+        cparams = {**cparams, "blocksize": nbytes - nbytes % cparams["typesize"]}
     return blosc2.compress2(data, **cparams)
 
 

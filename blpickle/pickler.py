@@ -14,6 +14,7 @@ import functools
 import io
 import pickle
 import struct
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pickle import PickleBuffer
@@ -33,9 +34,10 @@ from .stream import (
     FileSource,
     MappedFileSource,
     MemorySource,
+    PackedStream,
+    PickleFile,
     RecordReader,
     Source,
-    SplicedPickle,
     map_file,
     write_record,
 )
@@ -72,25 +74,46 @@ MMAP_MODES = (None, "r", "r+", "c")
 
 
 class _Graph:
-    """Where the C pickler writes: small writes go to memory; at protocol 4 and up, the large
-    bytes, bytearray and str payloads it writes on their own (never inside a frame) are kept
-    by reference, to be stored as streams of their own and spliced back in on load."""
+    """Where the C pickler writes. The pickle stream is cut into chunks that are compressed in
+    the background as soon as they are complete (a :class:`PackedStream`; kept whole when
+    uncompressed). At protocol 4 and up, the large bytes, bytearray and str payloads the
+    pickler writes on their own (never inside a frame) are kept by reference, to be stored as
+    streams of their own and spliced back in on load."""
 
-    def __init__(self, streams: list[tuple[Payload, int | None]], splice: bool) -> None:
-        self.memory = io.BytesIO()
+    def __init__(self, streams: list[tuple[Payload, int | None]], splice: bool, options: Options) -> None:
         self._streams = streams  # shared with the pickler: streams in the order the pickle uses them
         self._splice = splice
+        self._options = options
+        self.reset()
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         if self._splice and view.nbytes >= SPLICE_LIMIT:
-            self._streams.append((Payload(view, None, 1), self.memory.tell()))
+            self._streams.append((Payload(view, None, 1), self._start + len(self._tail)))
             return view.nbytes
-        return self.memory.write(view)
+        self._tail += view
+        chunk_size = self._chunk_size
+        while len(self._tail) >= chunk_size:
+            self._packed.add(bytes(self._tail[:chunk_size]))
+            del self._tail[:chunk_size]
+            self._start += chunk_size
+        return view.nbytes
+
+    def finish(self) -> PackedStream | Payload:
+        """Return the whole pickle stream, compressing or whole."""
+        if self._packed is None:
+            return Payload(memoryview(self._tail), None, 1)
+        self._packed.add(bytes(self._tail))
+        return self._packed
 
     def reset(self) -> None:
-        self.memory.seek(0)
-        self.memory.truncate()
+        """Start a new pickle stream (dropping chunks of a failed one not compressed yet)."""
+        if getattr(self, "_packed", None) is not None:
+            self._packed.cancel()
+        self._tail = bytearray()
+        self._start = 0  # offset of the tail in the pickle stream
+        self._packed = PackedStream(self._options) if self._options.codec is not None else None
+        self._chunk_size = sys.maxsize if self._packed is None else self._packed.chunk_size
 
 
 class _RecordPickler:
@@ -117,7 +140,7 @@ class _RecordPickler:
         if self._protocol < 0:
             self._protocol = HIGHEST_PROTOCOL
         self._streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset)
-        self._graph = _Graph(self._streams, splice=self._protocol >= 4)
+        self._graph = _Graph(self._streams, self._protocol >= 4, self.options)
         self._user_callback = buffer_callback
         # small arrays are copied in band (and compressed with the pickle stream), writable
         self._copy_small_arrays = self._protocol >= 5 and buffer_callback is None and self.options.codec is not None
@@ -188,26 +211,24 @@ class _RecordPickler:
         """
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
-        self._graph.reset()
         self._reset()
         self.clear_memo()
         try:
             super().dump(obj)
-            graph = self._graph.memory.getbuffer()
-            try:
-                streams = [(Payload(graph, None, 1), None), *self._streams]
-                payloads = [payload for payload, _ in streams]
-                write_record(self._file, self._header(streams), payloads, self.options, self._key)
-            finally:
-                del streams, payloads
-                graph.release()
+            streams = [(self._graph.finish(), None), *self._streams]
+            payloads = [payload for payload, _ in streams]
+            write_record(self._file, self._header(streams), payloads, self.options, self._key)
         finally:
+            self._graph.reset()
             self._reset()
 
-    def _header(self, streams: list[tuple[Payload, int | None]]) -> fmt.Header:
+    def _header(self, streams: list[tuple[Payload | PackedStream, int | None]]) -> fmt.Header:
         raw = self.options.codec is None
         infos = []
         for payload, splice in streams:
+            if isinstance(payload, PackedStream):
+                infos.append(fmt.StreamInfo(payload.nbytes, payload.chunk_size, codec=payload.codec))
+                continue
             chunk_size = self.options.chunk_size_for(payload.nbytes, payload.chunk_multiple)
             infos.append(
                 fmt.StreamInfo(
@@ -366,7 +387,10 @@ class Unpickler(pickle.Unpickler):
     def _load_from(self, source: Source, magic: bytes) -> Any:
         reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
         header = reader.header
-        graph = reader.read_stream()
+        # A framed pickle is read a frame at a time: from a file object that follows the
+        # decompression; the unpickler reads an unframed one an opcode at a time: from memory.
+        framed = header.protocol >= 4
+        graph = PickleFile(reader.read_chunks(), reader) if framed else io.BytesIO(reader.read_stream())
         if self._key is not None:  # check the signature before unpickling anything
             reader.preload()
             reader.finish()
@@ -379,8 +403,7 @@ class Unpickler(pickle.Unpickler):
                 )
             buffers = _merge_buffers(buffers, iter(self._buffers), header.external)
         try:
-            spliced = any(stream.splice is not None for stream in header.streams)
-            obj = self._unpickle(SplicedPickle(graph, reader) if spliced else io.BytesIO(graph), buffers)
+            obj = self._unpickle(graph, buffers)
         except _MALFORMED_PICKLE as exc:
             if isinstance(exc, BlpickleError):
                 raise

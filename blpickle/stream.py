@@ -36,9 +36,10 @@ __all__ = [
     "FileSource",
     "MappedFileSource",
     "MemorySource",
+    "PackedStream",
+    "PickleFile",
     "RecordReader",
     "Source",
-    "SplicedPickle",
     "map_file",
     "map_ordered",
     "unpack_chunk",
@@ -103,6 +104,67 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], count: int, nthreads: 
         wait(pending)
 
 
+#: The pickle stream is compressed in chunks of this size as the pickler writes it, each one
+#: Blosc2 block: compressing overlaps pickling, and zstd stores a fitted random forest's
+#: pickle 4.2x smaller (3.8x in Blosc2's automatic blocks).
+GRAPH_CHUNK_SIZE = 256 << 10
+#: The codec "auto" gives the pickle stream: on pickle opcodes and small arrays zstd stores
+#: 0.45-0.65 of what lz4 stores (no sample needed).
+GRAPH_CODEC = "zstd"
+
+
+class PackedStream:
+    """A stream compressed while it is still being written, for the pickle stream: each chunk
+    given to :meth:`add` is compressed in the shared pool at once, so that compressing the
+    pickle overlaps pickling the rest of it.
+
+    Attributes:
+        codec: the Blosc2 codec of its chunks.
+        chunk_size: the size of every chunk but the last.
+        nbytes: bytes added so far.
+    """
+
+    itemsize = 1
+
+    def __init__(self, options: Options) -> None:
+        self.codec = GRAPH_CODEC if options.codec == "auto" else options.codec
+        self.chunk_size = min(options.chunk_size, GRAPH_CHUNK_SIZE)
+        self._cparams = {**options.blosc2_cparams(self.itemsize, self.codec), "blocksize": self.chunk_size}
+        self._pool = _pool(options.threads) if options.threads > 1 else None
+        self._chunks: list[Future[bytes]] = []
+        self.nbytes = 0
+
+    def add(self, chunk: bytes) -> None:
+        """Start compressing the next chunk (``chunk_size`` bytes, or fewer for the last)."""
+        self.nbytes += len(chunk)
+        if self._pool is not None:
+            self._chunks.append(self._pool.submit(self._compress, chunk))
+            return
+        future: Future[bytes] = Future()
+        future.set_result(self._compress(chunk))
+        self._chunks.append(future)
+
+    def packed(self) -> Iterator[bytes]:
+        """Yield the compressed chunks in order, waiting for each.
+
+        Raises:
+            DumpError: when Blosc2 could not compress a chunk.
+        """
+        for future in self._chunks:
+            yield future.result()
+
+    def cancel(self) -> None:
+        """Drop the chunks not compressed yet (the dump failed)."""
+        for future in self._chunks:
+            future.cancel()
+
+    def _compress(self, chunk: bytes) -> bytes:
+        try:
+            return compress_chunk(chunk, self._cparams)
+        except Exception as exc:
+            raise DumpError(f"Blosc2 could not compress a chunk of {len(chunk)} bytes: {exc}") from exc
+
+
 class CountingWriter:
     """A binary file wrapper that writes everything it is given (looping over short writes
     of raw streams) and counts the bytes written since it was created, in ``pos``."""
@@ -123,11 +185,16 @@ class CountingWriter:
 
 
 def write_record(
-    file: BinaryIO, header: fmt.Header, payloads: Sequence[Payload], options: Options, key: bytes | None = None
+    file: BinaryIO,
+    header: fmt.Header,
+    payloads: Sequence[Payload | PackedStream],
+    options: Options,
+    key: bytes | None = None,
 ) -> None:
     """Write one record: preamble and header, the frames of every stream, then the trailer.
 
-    ``payloads`` holds the data of ``header.streams`` in the same order. With a ``key`` the
+    ``payloads`` holds the data of ``header.streams`` in the same order (a PackedStream is
+    compressed already, with the codec its stream names). With a ``key`` the
     record is signed (HMAC-SHA256 of the header and of a BLAKE2b digest of every frame).
 
     Raises:
@@ -158,7 +225,9 @@ def write_record(
         )
 
     for info, payload in zip(header.streams, payloads, strict=True):
-        if info.raw:
+        if isinstance(payload, PackedStream):
+            frames = _write_packed_stream(out, payload, header_checksum, len(index), sign)
+        elif info.raw:
             frames = (
                 [_write_raw_frame(out, payload, fmt.frame_seed(header_checksum, len(index)), sign)]
                 if info.nbytes
@@ -186,11 +255,11 @@ def write_record(
     out.write(fmt.U64.pack(len(trailer)) + trailer + footer)
 
 
-def _choose_codecs(header: fmt.Header, payloads: Sequence[Payload], options: Options) -> fmt.Header:
+def _choose_codecs(header: fmt.Header, payloads: Sequence[Payload | PackedStream], options: Options) -> fmt.Header:
     """Return the header with the codec of each compressed stream set (see ``choose_codec``)."""
     streams = tuple(
         info
-        if info.raw
+        if info.raw or info.codec is not None
         else dataclasses.replace(
             info,
             codec=choose_codec(
@@ -211,6 +280,23 @@ def _write_frame(out: CountingWriter, packed: bytes, checksum: int, digest: byte
     out.write(packed)
     out.write(fmt.U64.pack(checksum))
     return offset, len(packed), checksum, digest
+
+
+def _write_packed_stream(
+    out: CountingWriter, stream: PackedStream, header_checksum: int, first_frame: int, sign: bool
+) -> list[Frame]:
+    """Write the frames of a PackedStream (the pickle stream: small) in one write, so that an
+    unbuffered file sees one system call for them, not three per chunk."""
+    frames: list[Frame] = []
+    parts: list[bytes] = []
+    offset = out.pos
+    for frame, packed in enumerate(stream.packed(), start=first_frame):
+        checksum = fmt.checksum(packed, fmt.frame_seed(header_checksum, frame))
+        parts += [fmt.U64.pack(len(packed)), packed, fmt.U64.pack(checksum)]
+        frames.append((offset, len(packed), checksum, fmt.frame_digest(packed) if sign else None))
+        offset += len(packed) + 2 * fmt.U64.size
+    out.write(b"".join(parts))
+    return frames
 
 
 def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool) -> Frame:
@@ -455,6 +541,26 @@ class RecordReader:
         self._run(info, number, out)
         return out
 
+    def read_chunks(self) -> Iterator[memoryview]:
+        """Read the next stream's frames and start decompressing them all in the pool; return
+        an iterator over its decompressed chunks, in order, so that unpickling can start with
+        the first chunk of the pickle stream while the others decompress. (A raw stream, or
+        any stream of a signed record, comes whole, as from :meth:`read_stream`.)
+
+        Raises:
+            LoadError subclasses when a frame is damaged, truncated or inconsistent (for a
+            damaged chunk: when the iterator reaches it).
+        """
+        info = self.next_stream()
+        if info is None or info.raw or self._key is not None or self._preloaded is not None:
+            return iter([memoryview(self.read_stream()).cast("B")])
+        number, info = self._next()
+        chunks = list(self._read_frames(info, number, _allocate(info.nbytes, number)))
+        if self._nthreads == 1 or len(chunks) == 1:
+            return _decompressed(chunks, None)
+        pool = _pool(self._nthreads)
+        return _decompressed(chunks, [pool.submit(unpack_chunk, *chunk) for chunk in chunks])
+
     def preload(self) -> None:
         """Read every remaining stream now (so that :meth:`finish` can check the signature
         before anything is unpickled); :meth:`read_stream` then serves them from memory."""
@@ -479,7 +585,7 @@ class RecordReader:
 
     def buffers(self) -> Iterator[np.ndarray]:
         """Yield the out-of-band buffers lazily, in order (splices are read by
-        :class:`SplicedPickle` where the pickle reaches them)."""
+        :class:`PickleFile` where the pickle reaches them)."""
         while (info := self.next_stream()) is not None:
             if info.splice is not None:
                 raise CorruptError(
@@ -627,17 +733,19 @@ class RecordReader:
         return out
 
 
-class SplicedPickle(io.RawIOBase):
-    """A record's pickle stream as a read-only file, with its spliced payloads put back.
+class PickleFile(io.RawIOBase):
+    """A record's pickle stream as a read-only file, read chunk by chunk as the chunks are
+    decompressed, with its spliced payloads put back.
 
     The payloads of large bytes, bytearray and str objects are stored as streams of their
     own; the unpickler reads each one with ``readinto`` into the object it builds, so they
     are decompressed in place, with no copy of the whole pickle in memory.
     """
 
-    def __init__(self, graph: Any, reader: RecordReader) -> None:
-        self._graph = memoryview(graph).cast("B")
-        self._pos = 0
+    def __init__(self, chunks: Iterator[memoryview], reader: RecordReader) -> None:
+        self._chunks = chunks
+        self._chunk = memoryview(b"")  # the part of the current chunk not read yet
+        self._pos = 0  # in the pickle stream
         self._reader = reader
         self._splices = deque(s.splice for s in reader.header.streams[1:] if s.splice is not None)
         self._pending = memoryview(b"")  # the rest of a splice read only in part
@@ -665,15 +773,32 @@ class SplicedPickle(io.RawIOBase):
                 else:
                     self._pending = memoryview(self._reader.read_stream())
                     continue
-            else:
-                end = self._splices[0] if self._splices else len(self._graph)
-                count = min(end - self._pos, len(out) - done)
-                if count <= 0:
+            elif not self._chunk:
+                self._chunk = next(self._chunks, None)
+                if self._chunk is None:
+                    self._chunk = memoryview(b"")
                     break
-                out[done : done + count] = self._graph[self._pos : self._pos + count]
+                continue
+            else:
+                count = min(len(self._chunk), len(out) - done)
+                if self._splices:
+                    count = min(count, self._splices[0] - self._pos)
+                out[done : done + count] = self._chunk[:count]
+                self._chunk = self._chunk[count:]
                 self._pos += count
             done += count
         return done
+
+
+def _decompressed(chunks: list[tuple], futures: list[Future[None]] | None) -> Iterator[memoryview]:
+    """Yield where each chunk (a :func:`unpack_chunk` argument tuple) is decompressed to, in
+    order: once its future is done, or after decompressing it here without futures."""
+    for number, chunk in enumerate(chunks):
+        if futures is None:
+            unpack_chunk(*chunk)
+        else:
+            futures[number].result()
+        yield chunk[4]
 
 
 def _allocate(nbytes: int, number: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from conftest import NonSeekable, assert_same_array, roundtrip
 
 import blpickle
 import blpickle.files
+import blpickle.stream
 from blpickle.stream import MemorySource, RecordReader
 
 DTYPES = [
@@ -226,6 +227,61 @@ def test_large_bytes_bytearray_and_str_are_spliced_out_of_the_pickle(protocol):
     assert loaded["tuple"][0] is loaded["tuple"][1] is loaded["bytes"]
     stream = NonSeekable(data, max_read=1000)
     assert blpickle.load(stream) == obj
+
+
+class _Fails:
+    def __reduce__(self):
+        raise ValueError("cannot pickle this")
+
+
+class _CountsCompressedChunks:
+    """Records, when pickled, how many chunks had been compressed by then."""
+
+    def __init__(self, calls: list[int]) -> None:
+        self.calls = calls  # one entry per chunk compressed
+        self.seen = -1
+
+    def __reduce__(self):
+        self.seen = len(self.calls)
+        return int, (0,)
+
+
+def test_the_pickle_stream_is_compressed_in_chunks_while_it_is_written(monkeypatch):
+    graph = [(i, str(i), float(i)) for i in range(100_000)]  # a pickle of ~1.6 MB
+    calls: list[int] = []
+    compress = blpickle.stream.compress_chunk
+    monkeypatch.setattr(blpickle.stream, "compress_chunk", lambda *args: calls.append(1) or compress(*args))
+    last = _CountsCompressedChunks(calls)
+    data = blpickle.dumps([graph, last], nthreads=1)
+    assert last.seen >= 5  # the chunks before it were compressed already
+    header = RecordReader(MemorySource(data), nthreads=1).header
+    stream = header.streams[0]
+    assert (stream.chunk_size, stream.codec) == (blpickle.stream.GRAPH_CHUNK_SIZE, "zstd")
+    assert stream.nchunks == len(calls) >= 6
+    for nthreads in (1, 2):
+        assert blpickle.loads(blpickle.dumps(graph, nthreads=nthreads), nthreads=nthreads) == graph
+        assert blpickle.loads(data, nthreads=nthreads)[0] == graph
+
+
+def test_a_failed_dump_leaves_the_pickler_ready_for_the_next():
+    graph = [str(i) * 10 for i in range(100_000)]  # over a megabyte of pickle before the failure
+    out = io.BytesIO()
+    pickler = blpickle.Pickler(out)
+    with pytest.raises(ValueError, match="cannot pickle this"):
+        pickler.dump([graph, _Fails()])
+    assert out.getvalue() == b""
+    pickler.dump({"after": graph[:10]})
+    assert blpickle.loads(out.getvalue()) == {"after": graph[:10]}
+
+
+def test_a_damaged_late_chunk_of_the_pickle_stream_is_caught():
+    data = bytearray(blpickle.dumps([str(i) for i in range(200_000)]))
+    reader = RecordReader(MemorySource(bytes(data)), nthreads=1)
+    reader.read_stream()
+    data[reader.index.offsets[-1] + 100] ^= 0x04  # in the last chunk of the pickle stream
+    for nthreads in (1, 2):
+        with pytest.raises(blpickle.ChecksumError, match=f"chunk {len(reader.index) - 1} of the pickle stream"):
+            blpickle.loads(bytes(data), nthreads=nthreads)
 
 
 def test_splices_and_out_of_band_buffers_interleave():

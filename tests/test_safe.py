@@ -144,8 +144,14 @@ def test_declared_array_sizes_must_match_their_buffers():
         rebuild_ndarray(bytearray(10), np.dtype("f8"), (5,), "C")
     with pytest.raises(blpickle.CorruptError):
         rebuild_ndarray(bytearray(8), np.dtype(object), (1,), "C")
+    for shape in [(-1,), (-2,), (2, -1), [1], ("a",)]:  # numpy's reshape takes the first three
+        with pytest.raises(blpickle.CorruptError, match="cannot rebuild"):
+            rebuild_ndarray(bytearray(16), np.dtype("f8"), shape, "C")
+    with pytest.raises(blpickle.CorruptError, match="must be bytes-like, not object"):
+        rebuild_ndarray(object(), np.dtype("f8"), (1,), "C")
     with pytest.raises(blpickle.CorruptError):
-        rebuild_ndarray(bytearray(8), np.dtype("f8"), (-1,), "C")
+        rebuild_ndarray(bytearray(8), np.dtype("f8"), (1,), "K")
+    assert rebuild_ndarray(bytearray(16), np.dtype("f8"), (1, 2), "F").flags.f_contiguous
     crafted = pickle.dumps(Crafted(), protocol=5)
     with pytest.raises(blpickle.CorruptError, match="needs"):
         blpickle.loads(crafted, safe=True)
