@@ -718,14 +718,13 @@ class RecordReader:
                     else memoryview(out)[: min(_RAW_READ_SIZE, size - start)]
                 )
                 source.readinto(piece, what)
+                source.done(source.pos)  # a memory-mapped file's pages are dropped behind
                 hasher.update(piece)
                 if signer is not None:
                     signer.update(piece)
             computed = hasher.intdigest()
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
-        if computed is not None:
-            source.done(source.pos)
         if computed is not None and stored != computed:
             raise ChecksumError(what, offset, stored, computed)
         if signer is not None:

@@ -42,7 +42,7 @@ if step == "dump":
     if kind == "array":
         big = np.arange(n, dtype=np.int64)
         big[::4097] = -big[::4097]  # not a pure ramp
-    elif kind == "random":  # incompressible: the file is as large as the array
+    elif kind in ("random", "raw"):  # incompressible: the file is as large as the array
         big = np.empty(n)
         rng = np.random.default_rng(7)
         for start in range(0, n, 1 << 24):
@@ -55,7 +55,7 @@ if step == "dump":
         del view
     reset_peak()
     before = rss_mib()
-    blpickle.dump({"big": big, "small": [1, 2, 3]}, path)
+    blpickle.dump({"big": big, "small": [1, 2, 3]}, path, **({"codec": None} if kind == "raw" else {}))
     print(json.dumps({"extra_mib": peak_mib() - before}))
 else:
     reset_peak()
@@ -71,7 +71,7 @@ else:
             expected = np.arange(start, min(start + step_size, n), dtype=np.int64)
             expected[(-start) % 4097 :: 4097] *= -1
             ok = ok and np.array_equal(big[start : start + step_size], expected)
-    elif kind == "random":
+    elif kind in ("random", "raw"):  # raw: read through a memory map of the file
         rng = np.random.default_rng(7)
         ok = ok and big.shape == (n,) and big.flags.writeable
         for start in range(0, n, 1 << 24):
@@ -97,7 +97,9 @@ def _run(step: str, kind: str, path: str, nbytes: int) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "nbytes"), [("array", NBYTES), ("bytearray", 3 * 2**29), ("random", 2**30)])
+@pytest.mark.parametrize(
+    ("kind", "nbytes"), [("array", NBYTES), ("bytearray", 3 * 2**29), ("random", 2**30), ("raw", 2**30)]
+)
 def test_big_buffers_round_trip_in_bounded_memory(tmp_path, kind, nbytes):
     path = str(tmp_path / "big.blp")
     dumped = _run("dump", kind, path, nbytes)
