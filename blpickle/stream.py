@@ -137,12 +137,24 @@ class PackedStream:
     def add(self, chunk: bytes) -> None:
         """Start compressing the next chunk (``chunk_size`` bytes, or fewer for the last)."""
         self.nbytes += len(chunk)
-        if self._pool is not None:
-            self._chunks.append(self._pool.submit(self._compress, chunk))
+        if self._pool is None:
+            future: Future[bytes] = Future()
+            future.set_result(self._compress(chunk))
+            self._chunks.append(future)
             return
-        future: Future[bytes] = Future()
-        future.set_result(self._compress(chunk))
-        self._chunks.append(future)
+        started = threading.Event()
+        self._chunks.append(self._pool.submit(self._compress, chunk, started))
+        # Wait until a thread runs it: the pickler holds the GIL, which a waiting thread would
+        # otherwise get only at the next switch interval (5 ms), so after pickling is over.
+        started.wait()
+
+    def _compress(self, chunk: bytes, started: threading.Event | None = None) -> bytes:
+        if started is not None:
+            started.set()
+        try:
+            return compress_chunk(chunk, self._cparams)
+        except Exception as exc:
+            raise DumpError(f"Blosc2 could not compress a chunk of {len(chunk)} bytes: {exc}") from exc
 
     def packed(self) -> Iterator[bytes]:
         """Yield the compressed chunks in order, waiting for each.
@@ -157,12 +169,6 @@ class PackedStream:
         """Drop the chunks not compressed yet (the dump failed)."""
         for future in self._chunks:
             future.cancel()
-
-    def _compress(self, chunk: bytes) -> bytes:
-        try:
-            return compress_chunk(chunk, self._cparams)
-        except Exception as exc:
-            raise DumpError(f"Blosc2 could not compress a chunk of {len(chunk)} bytes: {exc}") from exc
 
 
 class CountingWriter:
@@ -557,9 +563,11 @@ class RecordReader:
         number, info = self._next()
         chunks = list(self._read_frames(info, number, _allocate(info.nbytes, number)))
         if self._nthreads == 1 or len(chunks) == 1:
-            return _decompressed(chunks, None)
-        pool = _pool(self._nthreads)
-        return _decompressed(chunks, [pool.submit(unpack_chunk, *chunk) for chunk in chunks])
+            return _decompressed(chunks)
+        done = [threading.Event() for _ in chunks]
+        errors: list[BaseException] = []
+        _pool(self._nthreads).submit(_unpack_in_order, chunks, done, errors)
+        return _decompressed(chunks, done, errors)
 
     def preload(self) -> None:
         """Read every remaining stream now (so that :meth:`finish` can check the signature
@@ -789,15 +797,40 @@ class PickleFile(io.RawIOBase):
         return done
 
 
-def _decompressed(chunks: list[tuple], futures: list[Future[None]] | None) -> Iterator[memoryview]:
+def _decompressed(
+    chunks: list[tuple], done: list[threading.Event] | None = None, errors: list[BaseException] | None = None
+) -> Iterator[memoryview]:
     """Yield where each chunk (a :func:`unpack_chunk` argument tuple) is decompressed to, in
-    order: once its future is done, or after decompressing it here without futures."""
+    order: after decompressing it here, or once :func:`_unpack_in_order` says it is done.
+
+    Raises:
+        LoadError subclasses: the error of a damaged chunk, when the iteration reaches it.
+    """
     for number, chunk in enumerate(chunks):
-        if futures is None:
+        if done is None:
             unpack_chunk(*chunk)
         else:
-            futures[number].result()
+            done[number].wait()
+            if errors:
+                raise errors[0]
         yield chunk[4]
+
+
+def _unpack_in_order(chunks: list[tuple], done: list[threading.Event], errors: list[BaseException]) -> None:
+    """Decompress the chunks one after the other in one thread, setting each one's event when
+    it is done (or every event, after recording the error, when one fails).
+
+    One thread only: the unpickler keeps the other core. Between two chunks this thread needs
+    the GIL, which the unpickler hands over when it waits for the next chunk.
+    """
+    try:
+        for chunk, event in zip(chunks, done, strict=True):
+            unpack_chunk(*chunk)
+            event.set()
+    except BaseException as exc:
+        errors.append(exc)
+        for event in done:
+            event.set()
 
 
 def _allocate(nbytes: int, number: int) -> np.ndarray:
