@@ -564,10 +564,8 @@ class RecordReader:
         chunks = list(self._read_frames(info, number, _allocate(info.nbytes, number)))
         if self._nthreads == 1 or len(chunks) == 1:
             return _decompressed(chunks)
-        done = [threading.Event() for _ in chunks]
-        errors: list[BaseException] = []
-        _pool(self._nthreads).submit(_unpack_in_order, chunks, done, errors)
-        return _decompressed(chunks, done, errors)
+        pool = _pool(self._nthreads)
+        return _decompressed(chunks, [pool.submit(unpack_chunk, *chunk) for chunk in chunks])
 
     def preload(self) -> None:
         """Read every remaining stream now (so that :meth:`finish` can check the signature
@@ -797,40 +795,19 @@ class PickleFile(io.RawIOBase):
         return done
 
 
-def _decompressed(
-    chunks: list[tuple], done: list[threading.Event] | None = None, errors: list[BaseException] | None = None
-) -> Iterator[memoryview]:
+def _decompressed(chunks: list[tuple], futures: list[Future[None]] | None = None) -> Iterator[memoryview]:
     """Yield where each chunk (a :func:`unpack_chunk` argument tuple) is decompressed to, in
-    order: after decompressing it here, or once :func:`_unpack_in_order` says it is done.
+    order: once its future is done, or after decompressing it here without futures.
 
     Raises:
         LoadError subclasses: the error of a damaged chunk, when the iteration reaches it.
     """
     for number, chunk in enumerate(chunks):
-        if done is None:
+        if futures is None:
             unpack_chunk(*chunk)
         else:
-            done[number].wait()
-            if errors:
-                raise errors[0]
+            futures[number].result()
         yield chunk[4]
-
-
-def _unpack_in_order(chunks: list[tuple], done: list[threading.Event], errors: list[BaseException]) -> None:
-    """Decompress the chunks one after the other in one thread, setting each one's event when
-    it is done (or every event, after recording the error, when one fails).
-
-    One thread only: the unpickler keeps the other core. Between two chunks this thread needs
-    the GIL, which the unpickler hands over when it waits for the next chunk.
-    """
-    try:
-        for chunk, event in zip(chunks, done, strict=True):
-            unpack_chunk(*chunk)
-            event.set()
-    except BaseException as exc:
-        errors.append(exc)
-        for event in done:
-            event.set()
 
 
 def _allocate(nbytes: int, number: int) -> np.ndarray:
