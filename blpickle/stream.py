@@ -291,8 +291,8 @@ def _write_frame(out: CountingWriter, packed: bytes, checksum: int, digest: byte
 def _write_packed_stream(
     out: CountingWriter, stream: PackedStream, header_checksum: int, first_frame: int, sign: bool
 ) -> list[Frame]:
-    """Write the frames of a PackedStream (the pickle stream: small) in one write, so that an
-    unbuffered file sees one system call for them, not three per chunk."""
+    """Write the frames of a PackedStream (the pickle stream, compressed by now) in one write,
+    so that an unbuffered file sees one system call for them, not three per chunk."""
     frames: list[Frame] = []
     parts: list[bytes] = []
     offset = out.pos
