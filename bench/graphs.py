@@ -14,14 +14,12 @@ import argparse
 import functools
 import json
 import os
-import pickle
 import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import blpickle
-
+from .contenders import DEFAULT, by_name
 from .datasets import make_forest, make_objects, nbytes
 from .report import machine_info, text_table
 from .timing import timed
@@ -29,27 +27,19 @@ from .timing import timed
 RESULTS = Path(__file__).parent / "results" / "graphs.json"
 
 
-def _pickle_dump(obj: Any, path: str) -> None:
-    with open(path, "wb") as file:
-        pickle.dump(obj, file, protocol=5)
-
-
-def _pickle_load(path: str) -> Any:
-    with open(path, "rb") as file:
-        return pickle.load(file)
-
-
-CONTENDERS = {"blpickle": (blpickle.dump, blpickle.load), "pickle": (_pickle_dump, _pickle_load)}
+_STUDY = by_name()
+#: Label in the table -> the full study's contender.
+CONTENDERS = {"blpickle": _STUDY[DEFAULT], "pickle": _STUDY["pickle p5"]}
 
 
 def measure(obj: Any, directory: str, rounds: int) -> dict:
     """Median dump and load seconds of each contender, in alternating rounds."""
     runs: dict[str, list[float]] = {f"{name} {step}": [] for name in CONTENDERS for step in ("dump", "load")}
     for _ in range(rounds):
-        for name, (dump, load) in CONTENDERS.items():
-            path = os.path.join(directory, name)
-            runs[f"{name} dump"].append(timed(functools.partial(dump, obj, path))[0])
-            runs[f"{name} load"].append(timed(functools.partial(load, path))[0])
+        for name, contender in CONTENDERS.items():
+            path = os.path.join(directory, name + contender.suffix)
+            runs[f"{name} dump"].append(timed(functools.partial(contender.dump, obj, path))[0])
+            runs[f"{name} load"].append(timed(functools.partial(contender.load, path))[0])
     return {key: statistics.median(times) for key, times in runs.items()}
 
 
