@@ -103,7 +103,7 @@ class _Graph:
         """Return the whole pickle stream, compressing or whole."""
         if self._packed is None:
             return Payload(memoryview(self._tail), None, 1)
-        self._packed.add(bytes(self._tail))
+        self._packed.add(bytes(self._tail), last=True)
         return self._packed
 
     def reset(self) -> None:

@@ -134,10 +134,11 @@ class PackedStream:
         self._chunks: list[Future[bytes]] = []
         self.nbytes = 0
 
-    def add(self, chunk: bytes) -> None:
-        """Start compressing the next chunk (``chunk_size`` bytes, or fewer for the last)."""
+    def add(self, chunk: bytes, *, last: bool = False) -> None:
+        """Start compressing the next chunk (``chunk_size`` bytes, or fewer for the ``last``).
+        The last one is compressed in this thread, which would only wait for the pool."""
         self.nbytes += len(chunk)
-        if self._pool is None:
+        if self._pool is None or last:
             future: Future[bytes] = Future()
             future.set_result(self._compress(chunk))
             self._chunks.append(future)
