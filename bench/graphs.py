@@ -3,9 +3,9 @@ and loaded a few times among many contenders, too few for differences of 10-20%.
 
 Run ``python -m bench.graphs`` (``--rounds N``, default 200). The fitted random forest (400
 small arrays) and the 200k-entry dict are dumped to a file and loaded back, by blpickle's
-default and by C pickle (protocol 5) in alternation, ``--rounds`` times each, the file in the
-page cache (no fsync: this compares serializers, not disks). It prints the median times and
-their ratio, and writes ``bench/results/graphs.json``.
+default and by C pickle (protocol 5), ``--rounds`` times each, in rounds that run the two in a
+shuffled order (seeded), the file in the page cache (no fsync: this compares serializers, not
+disks). It prints the median times and their ratio, and writes ``bench/results/graphs.json``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import functools
 import json
 import os
+import random
 import statistics
 import tempfile
 from pathlib import Path
@@ -32,11 +33,19 @@ _STUDY = by_name()
 CONTENDERS = {"blpickle": _STUDY[DEFAULT], "pickle": _STUDY["pickle p5"]}
 
 
+#: Seeds the order of the contenders in each round.
+SEED = 0
+
+
 def measure(obj: Any, directory: str, rounds: int) -> dict:
-    """Median dump and load seconds of each contender, in alternating rounds."""
+    """Median dump and load seconds of each contender, over rounds that each run every
+    contender once, in a shuffled order (a fixed order would give one the other's leftovers:
+    garbage to collect, a warm or cold cache)."""
     runs: dict[str, list[float]] = {f"{name} {step}": [] for name in CONTENDERS for step in ("dump", "load")}
+    order = random.Random(SEED)
     for _ in range(rounds):
-        for name, contender in CONTENDERS.items():
+        for name in order.sample(list(CONTENDERS), len(CONTENDERS)):
+            contender = CONTENDERS[name]
             path = os.path.join(directory, name + contender.suffix)
             runs[f"{name} dump"].append(timed(functools.partial(contender.dump, obj, path))[0])
             runs[f"{name} load"].append(timed(functools.partial(contender.load, path))[0])
@@ -49,7 +58,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON file to write")
     args = parser.parse_args()
     graphs = {"forest": make_forest(), "objects": make_objects()}
-    results: dict[str, Any] = {"machine": machine_info(), "rounds": args.rounds, "graphs": {}}
+    results: dict[str, Any] = {"machine": machine_info(), "rounds": args.rounds, "order": "shuffled", "graphs": {}}
     lines = [
         (
             "graph",
