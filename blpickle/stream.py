@@ -549,10 +549,12 @@ class RecordReader:
         return out
 
     def read_chunks(self) -> Iterator[memoryview]:
-        """Read the next stream's frames and start decompressing them all in the pool; return
-        an iterator over its decompressed chunks, in order, so that unpickling can start with
-        the first chunk of the pickle stream while the others decompress. (A raw stream, or
-        any stream of a signed record, comes whole, as from :meth:`read_stream`.)
+        """Read the next stream's frames and start decompressing all but the first in the
+        pool; return an iterator over its decompressed chunks, in order, so that unpickling
+        can start with the first chunk of the pickle stream while the others decompress. The
+        first one is decompressed by the iterator itself (its caller would only wait for the
+        pool). (A raw stream, or any stream of a signed record, comes whole, as from
+        :meth:`read_stream`.)
 
         Raises:
             LoadError subclasses when a frame is damaged, truncated or inconsistent (for a
@@ -566,7 +568,7 @@ class RecordReader:
         if self._nthreads == 1 or len(chunks) == 1:
             return _decompressed(chunks)
         pool = _pool(self._nthreads)
-        return _decompressed(chunks, [pool.submit(unpack_chunk, *chunk) for chunk in chunks])
+        return _decompressed(chunks, [None, *(pool.submit(unpack_chunk, *chunk) for chunk in chunks[1:])])
 
     def preload(self) -> None:
         """Read every remaining stream now (so that :meth:`finish` can check the signature
@@ -796,18 +798,19 @@ class PickleFile(io.RawIOBase):
         return done
 
 
-def _decompressed(chunks: list[tuple], futures: list[Future[None]] | None = None) -> Iterator[memoryview]:
+def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
     """Yield where each chunk (a :func:`unpack_chunk` argument tuple) is decompressed to, in
-    order: once its future is done, or after decompressing it here without futures.
+    order: once its future is done, or after decompressing it here when it has none.
 
     Raises:
         LoadError subclasses: the error of a damaged chunk, when the iteration reaches it.
     """
     for number, chunk in enumerate(chunks):
-        if futures is None:
+        future = None if futures is None else futures[number]
+        if future is None:
             unpack_chunk(*chunk)
         else:
-            futures[number].result()
+            future.result()
         yield chunk[4]
 
 

@@ -278,6 +278,20 @@ def test_the_last_chunk_of_the_pickle_stream_is_compressed_by_the_caller(monkeyp
     assert len(threads) > 1 and set(threads[:-1]) != {threading.get_ident()}  # the others in the pool
 
 
+def test_the_first_chunk_of_the_pickle_stream_is_decompressed_by_the_caller(monkeypatch):
+    graph = [(i, str(i)) for i in range(100_000)]  # several chunks
+    data = blpickle.dumps(graph)
+    threads: dict[str, int] = {}
+    unpack = blpickle.stream.unpack_chunk
+    monkeypatch.setattr(
+        blpickle.stream, "unpack_chunk", lambda *args: threads.update({args[5]: threading.get_ident()}) or unpack(*args)
+    )
+    assert blpickle.loads(data, nthreads=2) == graph
+    first = threads.pop("chunk 0 of the pickle stream")
+    assert first == threading.get_ident()  # no round trip through the pool to wait for
+    assert threads and threading.get_ident() not in threads.values()  # the others in the pool
+
+
 def test_a_failed_dump_leaves_the_pickler_ready_for_the_next():
     graph = [str(i) * 10 for i in range(100_000)]  # over a megabyte of pickle before the failure
     out = io.BytesIO()
