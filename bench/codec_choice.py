@@ -2,8 +2,9 @@
 
 Run ``python -m bench.codec_choice`` (``--quick`` for 8 MB arrays). For each dataset of the
 Bloscpack paper (80 MB by default) it dumps and loads an array with codec "auto", zstd and lz4
-(level 1, shuffle), and with zstd at three block sizes, in interleaved rounds (the best of
-``--repeat`` runs counts); it prints a table and writes ``bench/results/codec_choice.json``.
+(level 1, shuffle), and with zstd at three block sizes and in larger chunks, in interleaved
+rounds (the best of ``--repeat`` runs counts); it prints a table and writes
+``bench/results/codec_choice.json``.
 Files are written to the page cache (no fsync): this compares codecs, not disks.
 
 Two reference rows: ``blosc2.save_tensor``/``load_tensor`` (the goals' yardstick: zstd level
@@ -41,6 +42,8 @@ VARIANTS = [
     ("lz4", {"codec": "lz4"}, None),
     ("zstd, 256 KiB blocks", {"codec": "zstd"}, 256 << 10),
     ("zstd, 512 KiB blocks", {"codec": "zstd"}, 512 << 10),
+    ("zstd, 1 MiB blocks, 16 MiB chunks", {"codec": "zstd", "chunk_size": 16 << 20}, None),
+    ("zstd, 512 KiB blocks, 64 MiB chunks", {"codec": "zstd", "chunk_size": 64 << 20}, 512 << 10),
 ]
 
 
@@ -122,7 +125,7 @@ def main() -> None:
     args = parser.parse_args()
     mb, repeat = (8, 2) if args.quick else (args.mb, args.repeat)
     results = {"command": shlex.join(["python", "-m", "bench.codec_choice", *sys.argv[1:]]), "mb": mb, "rows": []}
-    print(f"{'dataset':8s} {'variant':22s} {'codec':6s} {'dump MB/s':>10s} {'load MB/s':>10s} {'ratio':>8s}")
+    print(f"{'dataset':8s} {'variant':36s} {'codec':6s} {'dump MB/s':>10s} {'load MB/s':>10s} {'ratio':>8s}")
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "array.blp")
         for entropy in args.datasets:
@@ -130,7 +133,7 @@ def main() -> None:
             for row in measure(array, path, repeat):
                 results["rows"].append({"dataset": entropy, **row})
                 print(
-                    f"{entropy:8s} {row['variant']:22s} {row['codec']:6s} {_cell(row['dump_MBps'], '10,.0f'):>10s} "
+                    f"{entropy:8s} {row['variant']:36s} {row['codec']:6s} {_cell(row['dump_MBps'], '10,.0f'):>10s} "
                     f"{row['load_MBps']:10,.0f} {_cell(row['ratio'], '8.4g'):>8s}"
                 )
     args.out.parent.mkdir(parents=True, exist_ok=True)
