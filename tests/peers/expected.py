@@ -41,9 +41,7 @@ _HAND_MADE_PICKLE = _cannot_hold(
     "builds a pickle by hand around the bytes of pickle.dumps(args, protocol=0) and loads it "
     "with pandas' pure-Python unpickler"
 )
-_LEGACY_DATA = Expectation(
-    "skip", "reads pandas/tests/io/data/legacy_pickle, which the pandas wheel does not ship"
-)
+_LEGACY_DATA = Expectation("skip", "reads pandas/tests/io/data/legacy_pickle, which the pandas wheel does not ship")
 _COMPRESSED_FILES = _defect(1, "load from gzip/bz2/lzma file objects maps the compressed file underneath")
 
 EXPECTED: dict[str, Expectation] = {

@@ -17,12 +17,13 @@ Loaded by ``tests/peers/run.py`` into a pytest session over an installed package
 from __future__ import annotations
 
 import pickle
+import posixpath
 
 import pytest
+from expected import EXPECTED, Expectation
 
 import blpickle
 import blpickle.integrations.joblib
-from expected import EXPECTED, Expectation
 
 #: The ``pickle`` functions replaced by blpickle's during each test.
 ROUTED = ("dump", "dumps", "load", "loads")
@@ -55,6 +56,7 @@ def expectation_of(nodeid: str) -> tuple[str, Expectation] | tuple[None, None]:
     return None, None
 
 
+@pytest.hookimpl(trylast=True)  # on the tests left after -k and the suites' own selection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     used = set()
     for item in items:
@@ -67,12 +69,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif expectation.kind == "xfail":
             item.add_marker(pytest.mark.xfail(strict=True, reason=expectation.reason))
     if config.getoption("peers_check_list"):
-        folders = {item.nodeid.rsplit("/", 1)[0] + "/" for item in items}
-        stale = sorted(name for name in EXPECTED.keys() - used if name.startswith(tuple(folders)))
+        folders = {_folder(item.nodeid) for item in items}
+        stale = sorted(name for name in EXPECTED.keys() - used if _folder(name) in folders)
         if stale:
             raise pytest.UsageError(
                 "tests/peers/expected.py names tests that were not collected (renamed or removed?): " + ", ".join(stale)
             )
+
+
+def _folder(nodeid: str) -> str:
+    return posixpath.dirname(nodeid.split("::", 1)[0])
 
 
 @pytest.hookimpl(wrapper=True)

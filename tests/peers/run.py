@@ -1,25 +1,27 @@
-"""Run the peer suites: other projects' pickle tests, from the installed packages, with
-blpickle as ``pickle`` (see plugin.py).
+"""Run the peer suites: other projects' own pickle tests, from the installed packages, with
+blpickle as ``pickle`` (see plugin.py; the exceptions are in expected.py).
 
     python tests/peers/run.py [SUITE ...] [-- PYTEST_ARGS ...]
 
-SUITE is one of numpy, numpy-ma, pandas, joblib (default: all), each run in its own process.
+SUITE is one of numpy, numpy-ma, pandas, joblib (default: all of them, each in a process of
+its own, since each loads its package's conftest.py). PYTEST_ARGS go to pytest; without them,
+entries of expected.py that name no collected test fail the run. Exits non-zero if a suite fails.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import plugin  # this script's folder is on sys.path
 import pytest
 
 HERE = Path(__file__).resolve().parent
 
-#: suite -> (package whose conftest applies, test paths inside the installed packages, pytest args)
+#: suite -> (the package whose tests run, test paths inside site-packages, pytest arguments)
 SUITES = {
     "numpy": ("numpy", ["numpy/_core/tests"], ["-k", "pickl or reduce"]),
     "numpy-ma": ("numpy", ["numpy/ma/tests"], []),
@@ -28,29 +30,25 @@ SUITES = {
 }
 
 
-def site_packages(package: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    assert spec is not None and spec.origin is not None, package
-    return Path(spec.origin).parent.parent
-
-
 def run_suite(name: str, extra: list[str]) -> int:
+    """Run one suite in this process; return pytest's exit code."""
     package, paths, args = SUITES[name]
-    root = site_packages(package)
-    sys.path.insert(0, str(HERE))
-    import plugin
-
-    argv = [
-        "-c", str(HERE / "pytest.ini"),
-        "--rootdir", str(root),
-        "--confcutdir", str(root / package),
-        "-p", "no:cacheprovider",
-        *args,
-        *([] if extra else ["--peers-check-list"]),
-        *extra,
-        *(str(root / path) for path in paths),
-    ]
-    return pytest.main(argv, plugins=[plugin])
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"the {name} suite needs {package} installed: pip install -e '.[test]'")
+    site = Path(spec.origin).parent.parent
+    return pytest.main(
+        [
+            *("-c", str(HERE / "pytest.ini")),  # not the project's own pytest settings
+            *("--rootdir", str(site)),  # test ids relative to site-packages, as in expected.py
+            *("--confcutdir", str(site / package)),  # the package's own conftest.py applies
+            *("-p", "no:cacheprovider"),  # writes nothing into site-packages
+            *args,
+            *(extra or ["--peers-check-list"]),
+            *(str(site / path) for path in paths),
+        ],
+        plugins=[plugin],
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -60,7 +58,7 @@ def main(argv: list[str]) -> int:
     names = argv or list(SUITES)
     unknown = [name for name in names if name not in SUITES]
     if unknown:
-        print(f"unknown suite {unknown}: choose from {', '.join(SUITES)}", file=sys.stderr)
+        print(f"unknown suite {', '.join(unknown)}: choose from {', '.join(SUITES)}", file=sys.stderr)
         return 2
     if len(names) == 1:
         return run_suite(names[0], extra)
@@ -68,7 +66,7 @@ def main(argv: list[str]) -> int:
     for name in names:
         start = time.monotonic()
         code = subprocess.call([sys.executable, __file__, name, "--", *extra])
-        print(f"peers: {name} exited {code} in {time.monotonic() - start:.0f} s", flush=True)
+        print(f"peers: {name} exited with {code} after {time.monotonic() - start:.0f} s", flush=True)
         status = status or code
     return status
 
