@@ -32,7 +32,10 @@ def _defect(item: int, what: str) -> Expectation:
 
 
 _DTYPE_TEXT = _cannot_hold("asserts b'dtype' in the pickle bytes, which blpickle compresses")
-_MODULE_TEXT = _cannot_hold("asserts a module name in the pickle bytes, which blpickle compresses")
+_MODULE_TEXT = _cannot_hold(
+    "asserts numpy's module names in the pickle bytes, which blpickle compresses "
+    "(and at protocol 5 an array's reduce names blpickle.arrays.rebuild_ndarray)"
+)
 _JOBLIB_OBJECT_ARRAYS = _cannot_hold(
     "joblib writes arrays of objects with pickle.dump and reads them back with its own "
     "pure-Python pickle._Unpickler, which reads nothing but plain pickle opcodes"
