@@ -39,7 +39,7 @@ def run_suite(name: str, extra: list[str]) -> int:
     site = Path(spec.origin).parent.parent
     return pytest.main(
         [
-            *("-c", str(HERE / "pytest.ini")),  # not the project's own pytest settings
+            *("-c", str(HERE / "peers.ini")),  # not the project's own pytest settings
             *("--rootdir", str(site)),  # test ids relative to site-packages, as in expected.py
             *("--confcutdir", str(site / package)),  # the package's own conftest.py applies
             *("-p", "no:cacheprovider"),  # writes nothing into site-packages
