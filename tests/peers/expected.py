@@ -74,6 +74,7 @@ EXPECTED: dict[str, Expectation] = {
     "pandas/tests/io/test_pickle.py::TestCompression::test_read_explicit[gzip]": _COMPRESSED_FILES,
     "pandas/tests/io/test_pickle.py::TestCompression::test_read_explicit[bz2]": _COMPRESSED_FILES,
     "pandas/tests/io/test_pickle.py::TestCompression::test_read_explicit[xz]": _COMPRESSED_FILES,
+    # compression_ext2 to 5, 8 and 9: .gz .GZ .bz2 .BZ2 .xz .XZ (pandas/tests/io/conftest.py)
     "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext2]": _COMPRESSED_FILES,
     "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext3]": _COMPRESSED_FILES,
     "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext4]": _COMPRESSED_FILES,
