@@ -16,6 +16,7 @@ from test_safe import CALLS
 import blpickle
 from blpickle import cli
 from blpickle.layout import DATA, FRAME, OPCODE, SPLICE, Layout, tokens
+from blpickle.stream import MemorySource, RecordReader
 
 
 def _record(stream: bytes, splices: list[tuple[int, bytes]], protocol: int = 5) -> bytes:
@@ -152,3 +153,27 @@ def test_opcodes_between_frames_are_followed():
     assert (DATA, stream.index(payload), len(payload)) in found
     assert blpickle.loads(_record(stream, [])) == payload
     assert blpickle.inspect(_record(stream, [])).globals == ()
+
+
+GRAPH = {"names": [f"name {n}" for n in range(20_000)], "values": list(range(20_000))}
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+@pytest.mark.parametrize("chunk", [0, 1, -1])
+def test_a_damaged_chunk_of_the_pickle_stream_raises_its_checksum_error(chunk, nthreads, tmp_path):
+    data = blpickle.dumps(GRAPH, chunk_size=4096)
+    reader = RecordReader(MemorySource(data), nthreads=1)
+    reader.read_stream()
+    chunk %= reader.header.streams[0].nchunks
+    offset, csize = reader.index.offsets[chunk], reader.index.csizes[chunk]
+    payload = [offset + 8, offset + 8 + csize // 2, offset + 8 + csize - 1]
+    stored = range(offset + 8 + csize, offset + 16 + csize)
+    for position in [*payload, *stored]:
+        damaged = bytearray(data)
+        damaged[position] ^= 0x04
+        path = tmp_path / f"damaged-{position}.blp"  # a new file: the last one may still be mapped
+        path.write_bytes(damaged)
+        for load in (lambda: blpickle.loads(bytes(damaged), nthreads=nthreads), lambda: blpickle.load(path)):
+            with pytest.raises(blpickle.ChecksumError) as info:
+                load()
+            assert (info.value.what, info.value.offset) == (f"chunk {chunk} of the pickle stream", offset), position
