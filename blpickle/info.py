@@ -5,6 +5,7 @@ from __future__ import annotations
 import copyreg
 import dataclasses
 import io
+import itertools
 import pickletools
 from collections import deque
 from collections.abc import Iterable
@@ -13,8 +14,8 @@ from typing import Any, BinaryIO
 
 from . import format as fmt
 from .errors import CorruptError
-from .layout import OPCODE, SPLICE, tokens
 from .files import is_path
+from .layout import OPCODE, SPLICE, splices, tokens
 from .options import available_threads
 from .stream import FileSource, MappedFileSource, MemorySource, RecordReader, Source, map_file
 
@@ -177,13 +178,12 @@ def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ..
     """
     layout: list[int] | None = None
     if header is not None:
-        splices = [(s.splice, s.nbytes) for s in header.streams[1:] if s.splice is not None]
-        found = list(tokens(data, header.protocol, splices))
+        found = list(tokens(data, header.protocol, splices(header)))
         if header.protocol >= 4:
             layout = [start for kind, start, _ in found if kind == OPCODE]
-        if splices:  # the size fields of spliced payloads are set to 0: their data is not here
-            data = bytearray(data)
-            for before, token in zip(found, found[1:], strict=False):
+        if any(kind == SPLICE for kind, _, _ in found):
+            data = bytearray(data)  # the size fields of spliced payloads set to 0: their data is not here
+            for before, token in itertools.pairwise(found):
                 if token[0] == SPLICE:
                     data[before[1] : before[1] + before[2]] = bytes(before[2])
     try:
@@ -206,7 +206,7 @@ def _globals(ops: Iterable[tuple[Any, Any, int | None]], layout: list[int] | Non
         if layout is not None:
             if frame_end is not None and pos >= frame_end:
                 if pos > frame_end:
-                    raise CorruptError(f"an opcode of the pickle stream runs past the end of its frame at offset {frame_end}")
+                    raise CorruptError(f"an opcode of the pickle stream runs past its frame's end ({frame_end})")
                 frame_end = None
             if frame_end is None:
                 outside.append(pos)

@@ -30,9 +30,22 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import CorruptError, LoadError
+from .format import Header
 from .stream import RecordReader
 
-__all__ = ["ARGUMENT", "DATA", "END", "FRAME", "OPCODE", "SPLICE", "Layout", "PickleFile", "open_pickle", "tokens"]
+__all__ = [
+    "ARGUMENT",
+    "DATA",
+    "END",
+    "FRAME",
+    "OPCODE",
+    "SPLICE",
+    "Layout",
+    "PickleFile",
+    "open_pickle",
+    "splices",
+    "tokens",
+]
 
 #: The kinds of token: an opcode outside the frames, its argument, a frame's contents, the
 #: data of an opcode with a size (payload opcodes and short strings), a splice (that data,
@@ -41,7 +54,9 @@ OPCODE, ARGUMENT, FRAME, DATA, SPLICE, END = "opcode", "argument", "frame", "dat
 
 _FRAME = pickle.FRAME[0]
 _STOP = pickle.STOP[0]
-_PAYLOADS = frozenset(op[0] for op in (pickle.BINBYTES, pickle.BINBYTES8, pickle.BINUNICODE, pickle.BINUNICODE8, pickle.BYTEARRAY8))
+_PAYLOADS = frozenset(
+    op[0] for op in (pickle.BINBYTES, pickle.BINBYTES8, pickle.BINUNICODE, pickle.BINUNICODE8, pickle.BYTEARRAY8)
+)
 _COUNT_WIDTHS = {
     pickletools.TAKEN_FROM_ARGUMENT1: 1,
     pickletools.TAKEN_FROM_ARGUMENT4: 4,
@@ -166,6 +181,11 @@ class Layout:
         }.get(self.kind, "a splice")
 
 
+def splices(header: Header) -> list[tuple[int, int]]:
+    """Return the ``(offset, size)`` of every splice of a record, in stream order."""
+    return [(s.splice, s.nbytes) for s in header.streams[1:] if s.splice is not None]
+
+
 def tokens(data: Any, protocol: int, splices: Iterable[tuple[int, int]]) -> Iterator[tuple[str, int, int]]:
     """Yield ``(kind, start, size)`` for every token of a whole pickle stream (of a protocol
     4 or later record; protocol 0-3 ones have none, only their splices are refused).
@@ -205,8 +225,7 @@ class PickleFile(io.RawIOBase):
         self._chunks = chunks
         self._chunk = memoryview(b"")  # the part of the current chunk not read yet
         self._reader = reader
-        streams = reader.header.streams
-        self._layout = Layout(reader.header.protocol, ((s.splice, s.nbytes) for s in streams[1:] if s.splice is not None))
+        self._layout = Layout(reader.header.protocol, splices(reader.header))
         self._served = 0  # bytes of the current token read so far
         self._pending = memoryview(b"")  # a splice read in parts
         self.error: LoadError | None = None
@@ -291,8 +310,7 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
         CorruptError: for splices in a protocol 0-3 record.
         LoadError subclasses: when the pickle stream is damaged (for a PickleFile: when read).
     """
-    header = reader.header
-    if header.protocol >= 4:
+    if reader.header.protocol >= 4:
         return PickleFile(reader.read_chunks(), reader)
-    Layout(header.protocol, ((s.splice, s.nbytes) for s in header.streams[1:] if s.splice is not None))
+    Layout(reader.header.protocol, splices(reader.header))
     return io.BytesIO(reader.read_stream())

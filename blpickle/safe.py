@@ -111,4 +111,3 @@ class Policy:
     def _inside(self, module: str) -> bool:
         """Whether ``module`` lies in an allowed package."""
         return any(module == package or module.startswith(package + ".") for package in self._packages)
-

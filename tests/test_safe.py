@@ -237,7 +237,7 @@ ESCAPES = [
 def test_names_are_judged_by_the_object_they_resolve_to(module, name, package, tmp_path, capsys):
     pytest.importorskip(package[:-2])
     data = _stack_global(module, name)
-    with pytest.raises(blpickle.UnsafeLoadError, match="module|defined in"):
+    with pytest.raises(blpickle.UnsafeLoadError, match=r"module|defined in"):
         blpickle.loads(data, allowed=[package])
     if package == "numpy.*":  # (the CLI reads pickles that name joblib as joblib files)
         path = tmp_path / "escape.pkl"
