@@ -15,7 +15,8 @@ from test_safe import CALLS
 
 import blpickle
 from blpickle import cli
-from blpickle.layout import DATA, FRAME, OPCODE, SPLICE, Layout, tokens
+from blpickle import format as fmt
+from blpickle.layout import DATA, FRAME, OPCODE, SPLICE, Layout, PickleFile, open_pickle, tokens
 from blpickle.stream import MemorySource, RecordReader
 
 
@@ -177,3 +178,39 @@ def test_a_damaged_chunk_of_the_pickle_stream_raises_its_checksum_error(chunk, n
             with pytest.raises(blpickle.ChecksumError) as info:
                 blpickle.load(source if source is path else io.BytesIO(source), nthreads=nthreads)
             assert (info.value.what, info.value.offset) == (f"chunk {chunk} of the pickle stream", offset), position
+
+
+def _pickle_file(data: bytes) -> tuple[PickleFile, list[tuple[str, int, int]]]:
+    reader = RecordReader(MemorySource(data, len(fmt.MAGIC)), nthreads=1, magic=bytes(fmt.MAGIC))
+    stream, splices = _stream_and_splices(data)
+    return open_pickle(reader), list(tokens(stream, 5, [(o, len(p)) for o, p in splices]))
+
+
+def test_payloads_and_frames_may_be_read_in_pieces():
+    # newer CPythons read data over 1 MiB in pieces: the layout allows any pieces of at least
+    # 9 bytes (longer than an opcode and its argument), and the last one
+    stream, splices = _spliced_record()
+    data = _record(stream, splices)
+    file, found = _pickle_file(data)
+    pieces = []
+    for kind, _, size in found:
+        if kind in (OPCODE, "argument"):
+            pieces.append(file.read(size))
+            continue
+        while size:
+            piece = file.read(min(size, 1 << 20 if size > 1 << 20 else max(size // 2, 9)))
+            pieces.append(piece)
+            size -= len(piece)
+    assert pickle.loads(b"".join(pieces)) == blpickle.loads(data)
+
+
+def test_reads_that_do_not_follow_the_layout_are_refused():
+    stream, splices = _spliced_record()
+    data = _record(stream, splices)
+    for wrong in ([1, 2], [1, 1, 1, 7], [1, 1, 1, 8, 1]):  # PROTO's argument, FRAME's, its contents
+        file, _ = _pickle_file(data)
+        for size in wrong[:-1]:
+            file.read(size)
+        with pytest.raises(blpickle.CorruptError, match="does not follow"):
+            file.read(wrong[-1])
+        assert isinstance(file.error, blpickle.CorruptError)
