@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 from . import format as fmt
 from .errors import CorruptError
 from .files import is_path
-from .layout import OPCODE, SPLICE, splices, tokens
+from .layout import OPCODE, SPLICE, splices_of, tokens
 from .options import available_threads
 from .stream import FileSource, MappedFileSource, MemorySource, RecordReader, Source, map_file
 
@@ -178,7 +178,7 @@ def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ..
     """
     layout: list[int] | None = None
     if header is not None:
-        found = list(tokens(data, header.protocol, splices(header)))
+        found = list(tokens(data, header.protocol, splices_of(header)))
         if header.protocol >= 4:
             layout = [start for kind, start, _ in found if kind == OPCODE]
         if any(kind == SPLICE for kind, _, _ in found):

@@ -43,7 +43,7 @@ __all__ = [
     "Layout",
     "PickleFile",
     "open_pickle",
-    "splices",
+    "splices_of",
     "tokens",
 ]
 
@@ -91,6 +91,7 @@ class Layout:
     Args:
         protocol: the record's pickle protocol.
         splices: ``(offset, size)`` of each splice, in stream order.
+        nbytes: the size of the pickle stream (without its splices).
 
     Attributes:
         kind: the current token: OPCODE, ARGUMENT, FRAME, DATA, SPLICE or END.
@@ -101,20 +102,22 @@ class Layout:
         CorruptError: for splices in a pickle of protocol 0-3.
     """
 
-    def __init__(self, protocol: int, splices: Iterable[tuple[int, int]]) -> None:
+    def __init__(self, protocol: int, splices: Iterable[tuple[int, int]], nbytes: int) -> None:
         self._splices = deque(splices)
         if self._splices and protocol < 4:
             raise CorruptError(f"the record splices payloads into a protocol {protocol} pickle (only 4 and up)")
+        self._nbytes = nbytes
         self._opcode = 0
-        self.kind, self.start, self.size = OPCODE, 0, 1
+        self._set(OPCODE, 0, 1)
 
     def advance(self, data: Any = b"") -> None:
         """Move to the next token. ``data`` holds the current one's bytes when it is an opcode
         or an argument (their values say what comes next).
 
         Raises:
-            CorruptError: for an opcode that cannot stand outside a frame, or a splice that
-                lies anywhere but at the data of a payload opcode of its size.
+            CorruptError: for an opcode that cannot stand outside a frame, a token that runs
+                past the end of the stream, or a splice that lies anywhere but at the data of
+                a payload opcode of its size.
         """
         end = self.start if self.kind == SPLICE else self.start + self.size
         if self.kind == OPCODE:
@@ -127,7 +130,10 @@ class Layout:
                     f"opcode {bytes(data)!r} at offset {self.start} of the pickle stream cannot stand outside a frame"
                 )
             width = _ARGUMENTS[self._opcode][0]
-            self._set(ARGUMENT, end, width) if width else self._set(OPCODE, end, 1)
+            if width:
+                self._set(ARGUMENT, end, width)
+            else:
+                self._set(OPCODE, end, 1)
         elif self.kind == ARGUMENT and _ARGUMENTS[self._opcode][1]:
             size = int.from_bytes(data, "little")
             if self._opcode in _PAYLOADS and self._splices and self._splices[0][0] == end:
@@ -143,18 +149,25 @@ class Layout:
         else:
             self._set(OPCODE, end, 1)
 
-    def finish(self) -> None:
-        """Say that the pickle stream ends at the current token's start.
-
-        Raises:
-            CorruptError: when it ends inside a token, or before a splice's offset.
-        """
-        if self.kind != OPCODE:
-            raise CorruptError(f"the pickle stream ends inside {self._name()} starting at offset {self.start}")
-        self._set(END, self.start, 0)
+    def describe(self) -> str:
+        """Name the current token, for error messages."""
+        return {
+            OPCODE: "an opcode",
+            ARGUMENT: "an opcode's argument",
+            FRAME: "a frame",
+            DATA: "an opcode's data",
+            SPLICE: "a splice",
+        }.get(self.kind, "nothing (the pickle stopped)")
 
     def _set(self, kind: str, start: int, size: int) -> None:
+        if kind == OPCODE and start == self._nbytes:
+            kind, size = END, 0  # the stream ends between two opcodes
         self.kind, self.start, self.size = kind, start, size
+        if kind != SPLICE and start + size > self._nbytes:
+            raise CorruptError(
+                f"the pickle stream ends at offset {self._nbytes}, inside {self.describe()} "
+                f"of {size} bytes at offset {start}"
+            )
         if kind == END:
             self._check_splices(float("inf"))
         elif kind != SPLICE:
@@ -165,23 +178,14 @@ class Layout:
         payload's data (those were taken off already)."""
         if self._splices and self._splices[0][0] < end:
             offset = self._splices[0][0]
-            where = "after the pickle's end" if self.kind == END else f"in {self._name()} at offset {self.start}"
+            where = "after the pickle's end" if self.kind == END else f"in {self.describe()} at offset {self.start}"
             raise CorruptError(
                 f"the record splices a payload in at offset {offset} of the pickle stream, {where}: "
                 "a splice must follow the size of a payload opcode outside the frames"
             )
 
-    def _name(self) -> str:
-        return {
-            OPCODE: "an opcode",
-            ARGUMENT: "an opcode's argument",
-            FRAME: "a frame",
-            DATA: "an opcode's data",
-            END: "nothing (the pickle stopped)",
-        }.get(self.kind, "a splice")
 
-
-def splices(header: Header) -> list[tuple[int, int]]:
+def splices_of(header: Header) -> list[tuple[int, int]]:
     """Return the ``(offset, size)`` of every splice of a record, in stream order."""
     return [(s.splice, s.nbytes) for s in header.streams[1:] if s.splice is not None]
 
@@ -191,17 +195,13 @@ def tokens(data: Any, protocol: int, splices: Iterable[tuple[int, int]]) -> Iter
     4 or later record; protocol 0-3 ones have none, only their splices are refused).
 
     Raises:
-        CorruptError: as :meth:`Layout.advance` and :meth:`Layout.finish` do.
+        CorruptError: as :class:`Layout` does.
     """
-    layout = Layout(protocol, splices)
+    view = memoryview(data).cast("B")
+    layout = Layout(protocol, splices, len(view))
     if protocol < 4:
         return
-    view = memoryview(data).cast("B")
     while layout.kind != END:
-        room = 0 if layout.kind == SPLICE else layout.size
-        if layout.start + room > len(view) or (layout.start == len(view) and layout.kind == OPCODE):
-            layout.finish()
-            return
         yield layout.kind, layout.start, layout.size
         small = layout.kind in (OPCODE, ARGUMENT)
         layout.advance(view[layout.start : layout.start + layout.size] if small else b"")
@@ -225,7 +225,8 @@ class PickleFile(io.RawIOBase):
         self._chunks = chunks
         self._chunk = memoryview(b"")  # the part of the current chunk not read yet
         self._reader = reader
-        self._layout = Layout(reader.header.protocol, splices(reader.header))
+        header = reader.header
+        self._layout = Layout(header.protocol, splices_of(header), header.streams[0].nbytes)
         self._served = 0  # bytes of the current token read so far
         self._pending = memoryview(b"")  # a splice read in parts
         self.error: LoadError | None = None
@@ -233,28 +234,39 @@ class PickleFile(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def read(self, size: int = -1) -> bytes:
+        self._recorded(self._check, size)  # before a buffer of that size is allocated
+        return super().read(size)
+
     def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        self._recorded(self._check, len(out))
+        return self._recorded(self._serve, out) if len(out) and self._layout.kind != END else 0
+
+    def _recorded(self, fn: Any, arg: Any) -> Any:
+        """Return ``fn(arg)``, keeping the LoadError it raises in ``error``."""
         try:
-            return self._readinto(memoryview(buffer).cast("B"))
+            return fn(arg)
         except LoadError as exc:
             self.error = exc
             raise
 
-    def _readinto(self, out: memoryview) -> int:
+    def _check(self, size: int) -> None:
+        """Refuse a read of ``size`` bytes that does not follow the layout: an opcode or an
+        argument is read whole, the rest in pieces of at least 9 bytes (but the last)."""
         layout = self._layout
         while layout.size == 0 and layout.kind != END:  # empty data or splice: the unpickler reads nothing
-            self._serve(out[:0])
-        if layout.kind == END or not len(out):
-            return 0
+            self._serve(memoryview(b""))
+        if layout.kind == END or size == 0:
+            return
         left = layout.size - self._served
         small = layout.kind in (OPCODE, ARGUMENT)
-        if (small and self._served) or not min(left, left if small else _MIN_BULK_READ) <= len(out) <= left:
+        if (small and self._served) or not min(left, left if small else _MIN_BULK_READ) <= size <= left:
             raise CorruptError(
-                f"the unpickler reads {len(out)} bytes at offset {layout.start + self._served} of the pickle "
-                f"stream, where {layout.size - self._served} bytes of {layout._name()} remain: it does not "
-                "follow the stream's layout (an opcode runs past the end of its frame?)"
+                f"the unpickler reads {size} bytes at offset {layout.start + self._served} of the pickle "
+                f"stream, where {left} bytes of {layout.describe()} remain: it does not follow the "
+                "stream's layout (an opcode runs past the end of its frame?)"
             )
-        return self._serve(out)
 
     def _serve(self, out: memoryview) -> int:
         """Fill ``out`` (at most the rest of the current token) and move on past the token
@@ -310,7 +322,8 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
         CorruptError: for splices in a protocol 0-3 record.
         LoadError subclasses: when the pickle stream is damaged (for a PickleFile: when read).
     """
-    if reader.header.protocol >= 4:
+    header = reader.header
+    if header.protocol >= 4:
         return PickleFile(reader.read_chunks(), reader)
-    Layout(reader.header.protocol, splices(reader.header))
+    Layout(header.protocol, splices_of(header), header.streams[0].nbytes)
     return io.BytesIO(reader.read_stream())

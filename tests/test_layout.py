@@ -132,7 +132,7 @@ def test_splices_in_unframed_pickles_are_refused(protocol, tmp_path):
     stream = pickle.dumps([b"abc", "def"], protocol=protocol)
     offset = len(stream) // 2
     with pytest.raises(blpickle.CorruptError, match="protocol"):
-        Layout(protocol, [(offset, 100)])
+        Layout(protocol, [(offset, 100)], len(stream))
     _assert_refused_everywhere(_record(stream, [(offset, payload)], protocol), tmp_path)
 
 
@@ -214,3 +214,9 @@ def test_reads_that_do_not_follow_the_layout_are_refused():
         with pytest.raises(blpickle.CorruptError, match="does not follow"):
             file.read(wrong[-1])
         assert isinstance(file.error, blpickle.CorruptError)
+
+
+@pytest.mark.parametrize("opcode", [pickle.FRAME, pickle.BINBYTES8, pickle.BYTEARRAY8, pickle.BINUNICODE8])
+def test_a_size_past_the_end_of_the_stream_is_refused_before_allocating(opcode, tmp_path):
+    stream = b"\x80\x05" + opcode + struct.pack("<Q", 1 << 62) + b"N."
+    _assert_refused_everywhere(_record(stream, []), tmp_path)
