@@ -176,24 +176,24 @@ def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ..
         CorruptError: when the data is not a valid pickle, or not one the loader would read
             the same way (a splice anywhere but at a payload, an opcode across a frame's end).
     """
-    layout: list[int] | None = None
+    unframed: list[int] | None = None
     if header is not None:
         found = list(tokens(data, header.protocol, splices_of(header)))
         if header.protocol >= 4:
-            layout = [start for kind, start, _ in found if kind == OPCODE]
+            unframed = [start for kind, start, _ in found if kind == OPCODE]
         if any(kind == SPLICE for kind, _, _ in found):
             data = bytearray(data)  # the size fields of spliced payloads set to 0: their data is not here
             for before, token in itertools.pairwise(found):
                 if token[0] == SPLICE:
                     data[before[1] : before[1] + before[2]] = bytes(before[2])
     try:
-        return _globals(pickletools.genops(io.BytesIO(data)), layout)
+        return _globals(pickletools.genops(io.BytesIO(data)), unframed)
     except ValueError as exc:
         raise CorruptError(f"the object graph is not a valid pickle: {exc}") from None
 
 
-def _globals(ops: Iterable[tuple[Any, Any, int | None]], layout: list[int] | None) -> tuple[str, ...]:
-    """Return the globals the opcodes ``ops`` import. With ``layout`` (the offsets of the
+def _globals(ops: Iterable[tuple[Any, Any, int | None]], unframed: list[int] | None) -> tuple[str, ...]:
+    """Return the globals the opcodes ``ops`` import. With ``unframed`` (the offsets of the
     opcodes outside frames that :func:`blpickle.layout.tokens` found), check that they are
     exactly the opcodes outside frames here, and that no opcode runs past its frame's end."""
     found: dict[str, None] = {}
@@ -203,7 +203,7 @@ def _globals(ops: Iterable[tuple[Any, Any, int | None]], layout: list[int] | Non
     frame_end = None  # the end of the frame the opcodes are in
     for op, arg, pos in ops:
         name = op.name
-        if layout is not None:
+        if unframed is not None:
             if frame_end is not None and pos >= frame_end:
                 if pos > frame_end:
                     raise CorruptError(f"an opcode of the pickle stream runs past its frame's end ({frame_end})")
@@ -216,9 +216,8 @@ def _globals(ops: Iterable[tuple[Any, Any, int | None]], layout: list[int] | Non
             found[arg.replace(" ", ".", 1)] = None
         elif name == "STACK_GLOBAL":
             module, qualname = pushed
-            found[f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else "<computed>"] = (
-                None
-            )
+            qualified = f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else None
+            found[qualified or "<computed>"] = None
         elif name in _EXT_OPS:
             module, qualname = copyreg._inverted_registry.get(arg, ("<extension>", str(arg)))
             found[f"{module}.{qualname}"] = None
@@ -229,6 +228,6 @@ def _globals(ops: Iterable[tuple[Any, Any, int | None]], layout: list[int] | Non
         if name in _NO_PUSH_OPS:
             continue
         pushed.append(arg if name in _STRING_OPS else memo.get(arg) if name in _GET_OPS else None)
-    if layout is not None and outside != layout[: len(outside)]:
+    if unframed is not None and outside != unframed[: len(outside)]:
         raise CorruptError("the opcodes outside the frames of the pickle stream are not where its layout puts them")
     return tuple(found)
