@@ -5,7 +5,7 @@ from __future__ import annotations
 import copyreg
 import dataclasses
 import io
-import pickle
+import itertools
 import pickletools
 from collections import deque
 from collections.abc import Iterable
@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 from . import format as fmt
 from .errors import CorruptError
 from .files import is_path
+from .layout import OPCODE, SPLICE, splices_of, tokens
 from .options import available_threads
 from .stream import FileSource, MappedFileSource, MemorySource, RecordReader, Source, map_file
 
@@ -130,7 +131,7 @@ def inspect(
             pickle_stored=stored[0],
             buffers=buffers,
             external=len(header.external),
-            globals=pickle_globals(graph, ((s.splice, s.nbytes) for s in header.streams if s.splice is not None)),
+            globals=pickle_globals(graph, header),
             size=source.pos,
         )
 
@@ -164,65 +165,69 @@ _EXT_OPS = {"EXT1", "EXT2", "EXT4"}
 _NO_PUSH_OPS = {"FRAME", "PROTO", "MEMOIZE", *_PUT_OPS}
 
 
-def pickle_globals(data: Any, splices: Iterable[tuple[int, int]] = ()) -> tuple[str, ...]:
+def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ...]:
     """Return every ``module.name`` a pickle would import, in order of first use, read from
-    its opcodes without running it. ``splices`` lists the ``(offset, size)`` of payloads
-    stored apart, each right after its opcode and size: they are read as empty.
+    its opcodes without running it. With the ``header`` of the record whose pickle stream
+    ``data`` is, the stream is read as the loader reads it (:mod:`blpickle.layout`): spliced
+    payloads, which are not in ``data``, are read as empty, and the opcodes must follow the
+    stream's layout.
 
     Raises:
-        CorruptError: when the data is not a valid pickle.
+        CorruptError: when the data is not a valid pickle, or not one the loader would read
+            the same way (a splice anywhere but at a payload, an opcode across a frame's end).
     """
-    splices = list(splices)
-    if splices:
-        data = bytearray(data)
-        for offset, size in splices:
-            _empty_payload(data, offset, size)
+    unframed: list[int] | None = None
+    if header is not None:
+        found = list(tokens(data, header.protocol, splices_of(header)))
+        if header.protocol >= 4:
+            unframed = [start for kind, start, _ in found if kind == OPCODE]
+        if any(kind == SPLICE for kind, _, _ in found):
+            data = bytearray(data)  # the size fields of spliced payloads set to 0: their data is not here
+            for before, token in itertools.pairwise(found):
+                if token[0] == SPLICE:
+                    data[before[1] : before[1] + before[2]] = bytes(before[2])
+    try:
+        return _globals(pickletools.genops(io.BytesIO(data)), unframed)
+    except ValueError as exc:
+        raise CorruptError(f"the object graph is not a valid pickle: {exc}") from None
+
+
+def _globals(ops: Iterable[tuple[Any, Any, int | None]], unframed: list[int] | None) -> tuple[str, ...]:
+    """Return the globals the opcodes ``ops`` import. With ``unframed`` (the offsets of the
+    opcodes outside frames that :func:`blpickle.layout.tokens` found), check that they are
+    exactly the opcodes outside frames here, and that no opcode runs past its frame's end."""
     found: dict[str, None] = {}
     memo: dict[int, Any] = {}
     pushed: deque[Any] = deque([None, None], maxlen=2)  # the last two values pushed
-    try:
-        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
-            name = op.name
-            if name in ("GLOBAL", "INST"):
-                found[arg.replace(" ", ".", 1)] = None
-            elif name == "STACK_GLOBAL":
-                module, qualname = pushed
-                found[
-                    f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else "<computed>"
-                ] = None
-            elif name in _EXT_OPS:
-                module, qualname = copyreg._inverted_registry.get(arg, ("<extension>", str(arg)))
-                found[f"{module}.{qualname}"] = None
-            if name == "MEMOIZE":
-                memo[len(memo)] = pushed[-1]
-            elif name in _PUT_OPS:
-                memo[arg] = pushed[-1]
-            if name in _NO_PUSH_OPS:
-                continue
-            pushed.append(arg if name in _STRING_OPS else memo.get(arg) if name in _GET_OPS else None)
-    except ValueError as exc:
-        raise CorruptError(f"the object graph is not a valid pickle: {exc}") from None
+    outside: list[int] = []  # offsets of the opcodes outside frames
+    frame_end = None  # the end of the frame the opcodes are in
+    for op, arg, pos in ops:
+        name = op.name
+        if unframed is not None:
+            if frame_end is not None and pos >= frame_end:
+                if pos > frame_end:
+                    raise CorruptError(f"an opcode of the pickle stream runs past its frame's end ({frame_end})")
+                frame_end = None
+            if frame_end is None:
+                outside.append(pos)
+                if name == "FRAME":
+                    frame_end = pos + 9 + arg
+        if name in ("GLOBAL", "INST"):
+            found[arg.replace(" ", ".", 1)] = None
+        elif name == "STACK_GLOBAL":
+            module, qualname = pushed
+            qualified = f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else None
+            found[qualified or "<computed>"] = None
+        elif name in _EXT_OPS:
+            module, qualname = copyreg._inverted_registry.get(arg, ("<extension>", str(arg)))
+            found[f"{module}.{qualname}"] = None
+        if name == "MEMOIZE":
+            memo[len(memo)] = pushed[-1]
+        elif name in _PUT_OPS:
+            memo[arg] = pushed[-1]
+        if name in _NO_PUSH_OPS:
+            continue
+        pushed.append(arg if name in _STRING_OPS else memo.get(arg) if name in _GET_OPS else None)
+    if unframed is not None and outside != unframed[: len(outside)]:
+        raise CorruptError("the opcodes outside the frames of the pickle stream are not where its layout puts them")
     return tuple(found)
-
-
-_SIZE_FIELDS = {
-    pickle.BINBYTES8[0]: 8,
-    pickle.BINUNICODE8[0]: 8,
-    pickle.BYTEARRAY8[0]: 8,
-    pickle.BINBYTES[0]: 4,
-    pickle.BINUNICODE[0]: 4,
-}
-
-
-def _empty_payload(data: bytearray, offset: int, size: int) -> None:
-    """Set to 0 the size field of the payload opcode that ends at ``offset``."""
-    for width in (8, 4):
-        start = offset - width - 1
-        if (
-            start >= 0
-            and _SIZE_FIELDS.get(data[start]) == width
-            and int.from_bytes(data[start + 1 : offset], "little") == size
-        ):
-            data[start + 1 : offset] = bytes(width)
-            return
-    raise CorruptError(f"no payload opcode of {size} bytes ends at offset {offset} of the pickle")

@@ -28,6 +28,7 @@ from .arrays import reduce_ndarray
 from .buffers import Payload
 from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, OptionsError, SignatureError, TruncatedError
 from .files import atomic_write, is_path
+from .layout import PickleFile, open_pickle
 from .options import Options, resolve_options
 from .safe import Policy
 from .stream import (
@@ -35,7 +36,6 @@ from .stream import (
     MappedFileSource,
     MemorySource,
     PackedStream,
-    PickleFile,
     RecordReader,
     Source,
     map_file,
@@ -387,10 +387,7 @@ class Unpickler(pickle.Unpickler):
     def _load_from(self, source: Source, magic: bytes) -> Any:
         reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
         header = reader.header
-        # A framed pickle is read a frame at a time: from a file object that follows the
-        # decompression; the unpickler reads an unframed one an opcode at a time: from memory.
-        framed = header.protocol >= 4
-        graph = PickleFile(reader.read_chunks(), reader) if framed else io.BytesIO(reader.read_stream())
+        graph = open_pickle(reader)
         if self._key is not None:  # check the signature before unpickling anything
             reader.preload()
             reader.finish()
@@ -407,6 +404,8 @@ class Unpickler(pickle.Unpickler):
         except _MALFORMED_PICKLE as exc:
             if isinstance(exc, BlpickleError):
                 raise
+            if isinstance(graph, PickleFile) and graph.error is not None:  # lost by the unpickler
+                raise graph.error from None
             raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
         if self._key is None:
             reader.finish()

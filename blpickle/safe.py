@@ -9,12 +9,16 @@ checks it there, before anything it names is imported or called.
 from __future__ import annotations
 
 import _compat_pickle
+import importlib
 from collections.abc import Iterable
+from types import ModuleType
 from typing import Any
 
 from .errors import UnsafeLoadError
 
 __all__ = ["SAFE_GLOBALS", "Policy"]
+
+_OUTSIDE = "outside the allowed packages"
 
 #: The globals ``safe=True`` allows, as ``module.name``.
 SAFE_GLOBALS = frozenset(
@@ -70,18 +74,40 @@ class Policy:
     def check(self, module: str, name: str) -> None:
         """Return if ``module.name`` may be imported; raise :class:`UnsafeLoadError` if not.
 
-        Names reaching through dunder attributes (``Class.__init__.__globals__``) are always
-        refused: they lead from an allowed object to anything.
+        The name must be allowed: an exact name, or inside an allowed package. Names reaching
+        through dunder attributes (``Class.__init__.__globals__``) are always refused: they
+        lead from an allowed object to anything. Then what the name resolves to is judged
+        (``find_class`` follows dotted names through attributes, so a name inside a package
+        can reach any module the package imports): it may not be a module, and for a package
+        the modules the name passes through, and the module the object is defined in (its
+        ``__module__``, else the module holding it), must lie inside an allowed package.
         """
         if (module, name) in _compat_pickle.NAME_MAPPING:  # Python 2 names, as find_class maps them
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         elif module in _compat_pickle.IMPORT_MAPPING:
             module = _compat_pickle.IMPORT_MAPPING[module]
-        path = f"{module}.{name}"
         if any(part.startswith("__") for part in name.split(".")):
             raise UnsafeLoadError(module, name, "it reaches through a dunder attribute")
-        if path in self._exact:
-            return
-        if any(module == package or module.startswith(package + ".") for package in self._packages):
-            return
-        raise UnsafeLoadError(module, name)
+        exact = f"{module}.{name}" in self._exact
+        if not exact and not self._inside(module):
+            raise UnsafeLoadError(module, name)
+        try:
+            holder = obj = importlib.import_module(module)
+            for part in name.split("."):
+                obj = getattr(obj, part)
+                if isinstance(obj, ModuleType):
+                    if not exact and not self._inside(obj.__name__):
+                        raise UnsafeLoadError(module, name, f"it reaches through module {obj.__name__}, {_OUTSIDE}")
+                    holder = obj
+        except (ImportError, AttributeError):
+            return  # find_class raises the same error, having returned nothing
+        if isinstance(obj, ModuleType):
+            raise UnsafeLoadError(module, name, "it is a module")
+        home = getattr(obj, "__module__", None)
+        home = home if isinstance(home, str) else holder.__name__
+        if not exact and not self._inside(home):
+            raise UnsafeLoadError(module, name, f"it is defined in {home}, {_OUTSIDE}")
+
+    def _inside(self, module: str) -> bool:
+        """Whether ``module`` lies in an allowed package."""
+        return any(module == package or module.startswith(package + ".") for package in self._packages)

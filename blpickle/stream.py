@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import hashlib
 import hmac
-import io
 import mmap
 import os
 import sys
@@ -37,7 +36,6 @@ __all__ = [
     "MappedFileSource",
     "MemorySource",
     "PackedStream",
-    "PickleFile",
     "RecordReader",
     "Source",
     "map_file",
@@ -739,63 +737,6 @@ class RecordReader:
         if signer is not None:
             self._digests.append(signer.digest())
         return out
-
-
-class PickleFile(io.RawIOBase):
-    """A record's pickle stream as a read-only file, read chunk by chunk as the chunks are
-    decompressed, with its spliced payloads put back.
-
-    The payloads of large bytes, bytearray and str objects are stored as streams of their
-    own; the unpickler reads each one with ``readinto`` into the object it builds, so they
-    are decompressed in place, with no copy of the whole pickle in memory.
-    """
-
-    def __init__(self, chunks: Iterator[memoryview], reader: RecordReader) -> None:
-        self._chunks = chunks
-        self._chunk = memoryview(b"")  # the part of the current chunk not read yet
-        self._pos = 0  # in the pickle stream
-        self._reader = reader
-        self._splices = deque(s.splice for s in reader.header.streams[1:] if s.splice is not None)
-        self._pending = memoryview(b"")  # the rest of a splice read only in part
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        out = memoryview(buffer).cast("B")
-        done = 0
-        while done < len(out):
-            if self._pending:
-                count = min(len(self._pending), len(out) - done)
-                out[done : done + count] = self._pending[:count]
-                self._pending = self._pending[count:]
-            elif self._splices and self._splices[0] == self._pos:
-                self._splices.popleft()
-                info = self._reader.next_stream()
-                if info is None or info.splice is None:
-                    raise CorruptError(f"the pickle reaches a splice at offset {self._pos}, the next stream is not one")
-                size = info.nbytes
-                if len(out) - done >= size:  # the usual case: straight into the object being built
-                    self._reader.read_stream(out[done : done + size])
-                    count = size
-                else:
-                    self._pending = memoryview(self._reader.read_stream())
-                    continue
-            elif not self._chunk:
-                self._chunk = next(self._chunks, None)
-                if self._chunk is None:
-                    self._chunk = memoryview(b"")
-                    break
-                continue
-            else:
-                count = min(len(self._chunk), len(out) - done)
-                if self._splices:
-                    count = min(count, self._splices[0] - self._pos)
-                out[done : done + count] = self._chunk[:count]
-                self._chunk = self._chunk[count:]
-                self._pos += count
-            done += count
-        return done
 
 
 def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copyreg
+import importlib
 import io
 import os
 import pickle
@@ -13,6 +14,7 @@ import records
 from conftest import assert_same_array
 
 import blpickle
+from blpickle import cli
 from blpickle.arrays import rebuild_ndarray
 
 CALLS: list[str] = []
@@ -216,3 +218,49 @@ def test_unpickler_class_takes_the_same_restrictions():
     assert (
         blpickle.Unpickler(io.BytesIO(blpickle.dumps(SideEffect())), allowed=["test_safe.record_call"]).load() == "ran"
     )
+
+
+#: Names inside an allowed package that reach, through attributes, what lies outside it.
+ESCAPES = [
+    ("numpy", "testing._private.utils.os.system", "numpy.*"),
+    ("numpy", "testing._private.utils.os", "numpy.*"),  # a module itself
+    ("numpy.testing._private.utils", "os.system", "numpy.*"),
+    ("numpy", "lib._npyio_impl.functools.partial", "numpy.*"),  # a module of another package
+    ("numpy.testing._private.utils", "wraps", "numpy.*"),  # a function it imported from functools
+    ("numpy", "testing", "numpy.*"),  # modules are never allowed, even inside the package
+    ("joblib", "numpy_pickle.os.system", "joblib.*"),
+    ("joblib.numpy_pickle", "os.system", "joblib.*"),
+]
+
+
+@pytest.mark.parametrize(("module", "name", "package"), ESCAPES)
+def test_names_are_judged_by_the_object_they_resolve_to(module, name, package, tmp_path, capsys):
+    pytest.importorskip(package[:-2])
+    data = _stack_global(module, name)
+    with pytest.raises(blpickle.UnsafeLoadError, match=r"module|defined in"):
+        blpickle.loads(data, allowed=[package])
+    if package == "numpy.*":  # (the CLI reads pickles that name joblib as joblib files)
+        path = tmp_path / "escape.pkl"
+        path.write_bytes(data)
+        assert cli.main(["convert", os.fspath(path), os.fspath(tmp_path / "out.blp"), "--allow", package]) == 1
+        assert "UnsafeLoadError" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "package"),
+    [
+        ("numpy", "float64", "numpy.*"),  # defined in numpy, re-exported at its top
+        ("numpy", "random.mtrand.RandomState", "numpy.*"),  # through modules of the package
+        ("numpy.random", "Generator", "numpy.*"),  # defined in numpy.random._generator
+        ("numpy", "add", "numpy.*"),  # a ufunc: no __module__ of its own but numpy's
+        ("numpy", "linalg.norm", "numpy.*"),
+        ("joblib", "Memory", "joblib.*"),
+    ],
+)
+def test_names_defined_inside_an_allowed_package_pass(module, name, package):
+    pytest.importorskip(package[:-2])
+    found = blpickle.loads(_stack_global(module, name), allowed=[package])
+    expected = importlib.import_module(module)
+    for part in name.split("."):
+        expected = getattr(expected, part)
+    assert found is expected
