@@ -146,20 +146,21 @@ class _OutOfBand:
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap loads as a plain array
         dtype = array.dtype
-        contiguous = array.flags.c_contiguous or array.flags.f_contiguous
+        flags = array.flags
         if (
             self._protocol < 5
             or dtype.hasobject
             or not dtype.itemsize
-            or not pickle_keeps_dtype(dtype, contiguous)
+            # numpy gives native dtypes back unchanged, and some byte-swapped ones changed
+            or (not dtype.isnative and not pickle_keeps_dtype(dtype, flags.c_contiguous or flags.f_contiguous))
         ):
             return array.__reduce_ex__(self._protocol)
         # numpy copies strided views into new (writable) arrays; others keep their flag
-        readonly = contiguous and not array.flags.writeable
+        readonly = not flags.writeable and (flags.c_contiguous or flags.f_contiguous)
         if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
             data = array.tobytes(order="A")  # "A": the order reduce_ndarray names
             return reduce_ndarray(array, data if readonly else bytearray(data))
-        if self._user_callback is not None and (contiguous or array.nbytes < INBAND_LIMIT):
+        if self._user_callback is not None and (flags.c_contiguous or flags.f_contiguous or array.nbytes < INBAND_LIMIT):
             return array.__reduce_ex__(self._protocol)
         placeholder = PickleBuffer(b"" if readonly else bytearray())  # pickle marks a read-only one
         self._placeholders[id(placeholder)] = (placeholder, array)

@@ -722,6 +722,9 @@ PICKLE_DTYPES = [
     [("a", ">i2", (2, 3)), ("b", ">M8[s]", (2,))],
     np.dtype([("x", "<f4"), ("y", ">M8[h]")], align=True),
     np.dtype(">M8[s]", metadata={"unit": "wall clock"}),
+    np.dtype("<M8[s]", metadata={"unit": "wall clock"}),
+    np.dtype({"names": ["a", "b"], "formats": ["<i4", "<M8[D]"], "titles": ["A", None]}),
+    np.dtype((np.record, [("a", "<i4"), ("b", "<m8[s]")])),
 ]
 
 
