@@ -65,7 +65,6 @@ def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytearray) -> tuple
     return rebuild_ndarray, (buffer, array.dtype, array.shape, order)
 
 
-
 @functools.lru_cache(maxsize=512)
 def pickle_keeps_dtype(dtype: np.dtype, contiguous: bool) -> bool:
     """Return whether ``pickle`` gives arrays of ``dtype`` back with that very dtype (byte

@@ -160,7 +160,9 @@ class _OutOfBand:
         if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
             data = array.tobytes(order="A")  # "A": the order reduce_ndarray names
             return reduce_ndarray(array, data if readonly else bytearray(data))
-        if self._user_callback is not None and (flags.c_contiguous or flags.f_contiguous or array.nbytes < INBAND_LIMIT):
+        if self._user_callback is not None and (
+            flags.c_contiguous or flags.f_contiguous or array.nbytes < INBAND_LIMIT
+        ):  # the caller's callback gets the buffers pickle would give it
             return array.__reduce_ex__(self._protocol)
         placeholder = PickleBuffer(b"" if readonly else bytearray())  # pickle marks a read-only one
         self._placeholders[id(placeholder)] = (placeholder, array)

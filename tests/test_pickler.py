@@ -11,6 +11,7 @@ import pickle
 import sys
 import threading
 import weakref
+from typing import ClassVar
 
 import numpy as np
 import psutil
@@ -671,7 +672,7 @@ def _assert_table_used_and_array_out_of_band(data: bytes, array: np.ndarray) -> 
 @pytest.mark.parametrize("base", [blpickle.Pickler, blpickle.CloudPickler])
 def test_a_dispatch_table_class_attribute_is_honoured(base):
     class WithTable(base):
-        dispatch_table = {**copyreg.dispatch_table, Point: _reduce_point_times_ten}
+        dispatch_table: ClassVar[dict] = {**copyreg.dispatch_table, Point: _reduce_point_times_ten}
 
     array = np.arange(100_000.0)
     out = io.BytesIO()
@@ -695,9 +696,9 @@ def test_cloudpickler_needs_no_pickler_option():
         assert blpickle.loads(out.getvalue())() == 7
         assert blpickle.inspect(out.getvalue()).options["pickler"] == "cloudpickle"
     blpickle.Pickler(io.BytesIO(), pickler="pickle").dump(1)
-    with pytest.raises(blpickle.OptionsError, match="pickler='pickle' contradicts blpickle.CloudPickler"):
+    with pytest.raises(blpickle.OptionsError, match=r"pickler='pickle' contradicts blpickle\.CloudPickler"):
         blpickle.CloudPickler(io.BytesIO(), pickler="pickle")
-    with pytest.raises(blpickle.OptionsError, match="pickler='cloudpickle' contradicts blpickle.Pickler"):
+    with pytest.raises(blpickle.OptionsError, match=r"pickler='cloudpickle' contradicts blpickle\.Pickler"):
         blpickle.Pickler(io.BytesIO(), preset=blpickle.Options(pickler="cloudpickle"))
 
 
