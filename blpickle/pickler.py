@@ -215,9 +215,9 @@ class _RecordPickler:
         self._protocol = DEFAULT_PROTOCOL if protocol is None else protocol
         if self._protocol < 0:
             self._protocol = HIGHEST_PROTOCOL
-        self._buffers = _OutOfBand(self._protocol, buffer_callback, self.options)
-        self._graph = _Graph(self._buffers.streams, self._protocol >= 4, self.options)
-        callback = self._buffers.take_buffer if self._protocol >= 5 else buffer_callback
+        self._out_of_band = _OutOfBand(self._protocol, buffer_callback, self.options)
+        self._graph = _Graph(self._out_of_band.streams, self._protocol >= 4, self.options)
+        callback = self._out_of_band.take_buffer if self._protocol >= 5 else buffer_callback
         self._init_pickler(self._graph, self._protocol, fix_imports, callback)
         if not hasattr(file, "write"):
             raise TypeError("file must have a 'write' attribute")
@@ -246,7 +246,7 @@ class _RecordPickler:
         """Reduce numpy arrays for blpickle (see :meth:`_OutOfBand.reduce_ndarray`); return
         ``NotImplemented`` for anything else, which the pickler then saves as usual."""
         if type(obj) in _ARRAY_TYPES:
-            return self._buffers.reduce_ndarray(obj)
+            return self._out_of_band.reduce_ndarray(obj)
         return NotImplemented
 
     def dump(self, obj: Any) -> None:
@@ -259,13 +259,13 @@ class _RecordPickler:
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
         try:
             super().dump(obj)
-            streams = [(self._graph.finish(), None), *self._buffers.streams]
+            streams = [(self._graph.finish(), None), *self._out_of_band.streams]
             payloads = [payload for payload, _ in streams]
             write_record(self._file, self._header(streams), payloads, self.options, self._key)
         finally:  # keep nothing of obj: the memo and the buffers would hold it alive
             self.clear_memo()
             self._graph.reset()
-            self._buffers.reset()
+            self._out_of_band.reset()
 
     def _header(self, streams: list[tuple[Payload | PackedStream, int | None]]) -> fmt.Header:
         raw = self.options.codec is None
@@ -286,7 +286,7 @@ class _RecordPickler:
                     splice=splice,
                 )
             )
-        return fmt.Header(self.options.to_dict(), self._protocol, tuple(infos), tuple(self._buffers.external))
+        return fmt.Header(self.options.to_dict(), self._protocol, tuple(infos), tuple(self._out_of_band.external))
 
 
 @functools.lru_cache(maxsize=256)
@@ -299,13 +299,16 @@ class Pickler(_RecordPickler, pickle.Pickler):
 
     Same arguments as ``pickle.Pickler`` (protocol defaults to 5), plus ``key=`` (bytes: sign
     each record with HMAC-SHA256) and keyword options for :class:`blpickle.Options`
-    (``codec=``, ``clevel=``, ..., or ``preset=``).
+    (``codec=``, ``clevel=``, ..., or ``preset=``; ``pickler=`` may be left out).
+
+    Raises:
+        blpickle.OptionsError: for an invalid option, or a ``pickler=`` naming the other class.
     """
 
 
 class CloudPickler(_RecordPickler, cloudpickle.Pickler):
     """A ``cloudpickle.Pickler`` that writes blpickle records: it also saves lambdas,
-    closures and classes defined in ``__main__``, by value."""
+    closures and classes defined in ``__main__``, by value. Arguments as :class:`Pickler`."""
 
     _kind = "cloudpickle"
 
