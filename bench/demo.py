@@ -3,7 +3,8 @@
 The object is a small "experiment": a sensor time series (timestamps, two noisy float64
 channels, int16 labels), a float32 image stack and some metadata, ~160 MB in all.
 
-Run: ``python bench/demo.py [--size-mb N] [--dir DIR]``.
+Run: ``python bench/demo.py [--size-mb N] [--dir DIR]``. It says what it is doing as it goes
+(a line per step), then prints the table.
 """
 
 from __future__ import annotations
@@ -74,23 +75,36 @@ def _best(fn: Callable[[], object], repeat: int) -> float:
     return min(times)
 
 
+def _say(message: str) -> None:
+    """Print a progress line at once (the run takes minutes)."""
+    print(message, flush=True)
+
+
 def run(size_mb: int, directory: str, repeat: int) -> list[dict]:
-    """Time every contender on the experiment object; return one row per method."""
+    """Time every contender on the experiment object, saying what it does as it goes; return
+    one row per method."""
+    _say(f"Making the experiment object ({size_mb} MB of arrays)...")
     obj = make_experiment(size_mb)
     nbytes = sum(v.nbytes for v in obj.values() if isinstance(v, np.ndarray))
     rows = []
-    for name, (dump, load) in contenders().items():
+    methods = contenders()
+    for number, (name, (dump, load)) in enumerate(methods.items(), 1):
+        step = f"[{number}/{len(methods)}] {name}:"
         path = os.path.join(directory, "experiment." + name.split()[0])
 
         def dump_synced(dump: Callable = dump, path: str = path) -> None:
             dump(obj, path)
             _fsync(path)
 
+        _say(f"{step} dumping {repeat} times (with fsync)...")
         dump_s = _best(dump_synced, repeat)
+        _say(f"{step} loading {repeat} times...")
         load_s = _best(lambda load=load, path=path: load(path), repeat)
+        _say(f"{step} checking the loaded arrays...")
         loaded = load(path)
         assert all(np.array_equal(loaded[k], obj[k]) for k in obj if isinstance(obj[k], np.ndarray))
         size = os.path.getsize(path)
+        _say(f"{step} {size / 1e6:.1f} MB, best dump {dump_s:.2f} s, best load {load_s:.2f} s")
         rows.append(
             {"method": name, "size": size, "ratio": nbytes / size, "dump_s": dump_s, "load_s": load_s, "nbytes": nbytes}
         )
@@ -118,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         rows = run(args.size_mb, directory, args.repeat)
-    print(f"Object: {rows[0]['nbytes'] / 1e6:.0f} MB of arrays; dumps include fsync; best of {args.repeat} runs.")
+    print(f"\nObject: {rows[0]['nbytes'] / 1e6:.0f} MB of arrays; dumps include fsync; best of {args.repeat} runs.")
     print_table(rows)
     return 0
 

@@ -2,7 +2,12 @@
 
 A drop-in for ``pickle.dump/dumps/load/loads`` that takes every contiguous buffer out of band
 and writes it as a chunked, multithreaded Blosc2 stream in one self-describing file.
+
+``import blpickle as pickle`` keeps code written for the ``pickle`` module working: the
+exceptions and ``PickleBuffer`` are the ``pickle`` module's own objects.
 """
+
+from pickle import PickleBuffer, PickleError, PicklingError, UnpicklingError
 
 from .errors import (
     BadMagicError,
@@ -51,11 +56,15 @@ __all__ = [
     "LoadError",
     "Options",
     "OptionsError",
+    "PickleBuffer",
+    "PickleError",
     "Pickler",
+    "PicklingError",
     "RecordInfo",
     "SignatureError",
     "TruncatedError",
     "Unpickler",
+    "UnpicklingError",
     "UnsafeLoadError",
     "UnsupportedVersionError",
     "__version__",

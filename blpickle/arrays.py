@@ -7,7 +7,9 @@ file format and never changes.
 
 from __future__ import annotations
 
+import functools
 import math
+import pickle
 from pickle import PickleBuffer
 from typing import Any
 
@@ -15,7 +17,7 @@ import numpy as np
 
 from .errors import CorruptError
 
-__all__ = ["rebuild_ndarray", "reduce_ndarray"]
+__all__ = ["pickle_keeps_dtype", "rebuild_ndarray", "reduce_ndarray"]
 
 
 def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str) -> np.ndarray:
@@ -61,3 +63,15 @@ def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytearray) -> tuple
     """
     order = "F" if array.flags.fnc else "C"  # Fortran and not C contiguous
     return rebuild_ndarray, (buffer, array.dtype, array.shape, order)
+
+
+@functools.lru_cache(maxsize=512)
+def pickle_keeps_dtype(dtype: np.dtype, contiguous: bool) -> bool:
+    """Return whether ``pickle`` gives arrays of ``dtype`` back with that very dtype (byte
+    order included), for contiguous arrays or strided ones. numpy's own reduce decides: it
+    gives byte-swapped datetime64 and timedelta64 arrays back in native byte order, and
+    byte-swapped strided arrays of most dtypes, for instance.
+    """
+    sample = np.zeros(1, dtype) if contiguous else np.zeros(3, dtype)[::2]
+    loaded = pickle.loads(pickle.dumps(sample, protocol=5)).dtype
+    return loaded == dtype and loaded.descr == dtype.descr

@@ -9,7 +9,6 @@ does not start with blpickle's magic is read as plain pickle data.
 from __future__ import annotations
 
 import contextlib
-import copyreg
 import functools
 import io
 import pickle
@@ -24,12 +23,12 @@ import cloudpickle
 import numpy as np
 
 from . import format as fmt
-from .arrays import reduce_ndarray
+from .arrays import pickle_keeps_dtype, reduce_ndarray
 from .buffers import Payload
 from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, OptionsError, SignatureError, TruncatedError
 from .files import atomic_write, is_path
 from .layout import PickleFile, open_pickle
-from .options import Options, resolve_options
+from .options import PRESETS, Options, PicklerKind, resolve_options
 from .safe import Policy
 from .stream import (
     FileSource,
@@ -81,7 +80,7 @@ class _Graph:
     streams of their own and spliced back in on load."""
 
     def __init__(self, streams: list[tuple[Payload, int | None]], splice: bool, options: Options) -> None:
-        self._streams = streams  # shared with the pickler: streams in the order the pickle uses them
+        self._streams = streams  # shared with _OutOfBand: streams in the order the pickle uses them
         self._splice = splice
         self._options = options
         self.reset()
@@ -116,11 +115,90 @@ class _Graph:
         self._chunk_size = sys.maxsize if self._packed is None else self._packed.chunk_size
 
 
+class _OutOfBand:
+    """The buffers of one pickle stream: numpy arrays reduced to out-of-band placeholders or
+    copied in band, and what the pickler's ``buffer_callback`` receives. The pickler gives its
+    ``reducer_override`` and ``buffer_callback`` to the methods of this object, which never
+    refers back to the pickler: a pickler and what it dumped are freed as soon as they are
+    dropped, with no reference cycle left for the garbage collector."""
+
+    def __init__(self, protocol: int, user_callback: BufferCallback | None, options: Options) -> None:
+        self.streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset), pickle order
+        self._protocol = protocol
+        self._user_callback = user_callback
+        self._codec = options.codec
+        # small arrays are copied in band (and compressed with the pickle stream)
+        self._copy_small_arrays = protocol >= 5 and user_callback is None and options.codec is not None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the buffers of the last pickle stream."""
+        self.streams.clear()
+        self.external: list[int] = []  # slots of the buffers given to the caller's callback
+        self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray]] = {}
+        self._slots = 0
+
+    def reduce_ndarray(self, array: np.ndarray) -> Any:
+        """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
+        :meth:`take_buffer`, a copy in band, or numpy's own reduction (protocols under 5,
+        object arrays, dtypes numpy gives back changed, a caller's ``buffer_callback``). The
+        array loads as ``pickle`` gives it back, contiguous ones read-only if they were."""
+        if type(array) is not np.ndarray:
+            array = array.view(np.ndarray)  # np.memmap loads as a plain array
+        dtype = array.dtype
+        flags = array.flags
+        if (
+            self._protocol < 5
+            or dtype.hasobject
+            or not dtype.itemsize
+            # numpy gives native dtypes back unchanged, and some byte-swapped ones changed
+            or (not dtype.isnative and not pickle_keeps_dtype(dtype, flags.c_contiguous or flags.f_contiguous))
+        ):
+            return array.__reduce_ex__(self._protocol)
+        # numpy copies strided views into new (writable) arrays; others keep their flag
+        readonly = not flags.writeable and (flags.c_contiguous or flags.f_contiguous)
+        if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
+            data = array.tobytes(order="A")  # "A": the order reduce_ndarray names
+            return reduce_ndarray(array, data if readonly else bytearray(data))
+        if self._user_callback is not None and (
+            flags.c_contiguous or flags.f_contiguous or array.nbytes < INBAND_LIMIT
+        ):  # the caller's callback gets the buffers pickle would give it
+            return array.__reduce_ex__(self._protocol)
+        placeholder = PickleBuffer(b"" if readonly else bytearray())  # pickle marks a read-only one
+        self._placeholders[id(placeholder)] = (placeholder, array)
+        return reduce_ndarray(array, placeholder)
+
+    def take_buffer(self, buffer: PickleBuffer) -> bool:
+        """The C pickler's ``buffer_callback``: keep ``buffer`` out of band (False) or in the
+        pickle stream (True)."""
+        taken = self._placeholders.pop(id(buffer), None)
+        if taken is not None:
+            self.streams.append((Payload.from_array(taken[1]), None))
+        elif self._user_callback is not None:
+            if self._user_callback(buffer):
+                return True  # the caller wants it in band
+            self.external.append(self._slots)
+        elif buffer.raw().nbytes < INBAND_LIMIT and self._codec is not None:
+            return True
+        else:
+            self.streams.append((Payload.from_picklebuffer(buffer), None))
+        self._slots += 1
+        return False
+
+
+#: The array types blpickle takes out of band (subclasses keep their own reduction).
+_ARRAY_TYPES = (np.ndarray, np.memmap)
+
+
 class _RecordPickler:
     """Shared by :class:`Pickler` and :class:`CloudPickler`: pickles into memory with
-    buffers out of band, then writes one blpickle record to the file per :meth:`dump`."""
+    buffers out of band, then writes one blpickle record to the file per :meth:`dump`.
+
+    The subclass's ``dispatch_table`` (a class attribute, or one set on the instance) is the
+    pickler's, as with ``pickle``; numpy arrays go through :meth:`reducer_override`."""
 
     options: Options
+    _kind: PicklerKind = "pickle"
 
     def __init__(
         self,
@@ -132,76 +210,44 @@ class _RecordPickler:
         key: bytes | None = None,
         **options: Any,
     ) -> None:
-        self.options = resolve_options(**options)
+        self.options = self._resolve_options(options)
         self._key = _check_key(key)
-        if self.options.pickler != self._kind:
-            raise OptionsError(f"pickler={self.options.pickler!r}: use blpickle.{_PICKLER_NAMES[self.options.pickler]}")
         self._protocol = DEFAULT_PROTOCOL if protocol is None else protocol
         if self._protocol < 0:
             self._protocol = HIGHEST_PROTOCOL
-        self._streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset)
-        self._graph = _Graph(self._streams, self._protocol >= 4, self.options)
-        self._user_callback = buffer_callback
-        # small arrays are copied in band (and compressed with the pickle stream), writable
-        self._copy_small_arrays = self._protocol >= 5 and buffer_callback is None and self.options.codec is not None
-        self.dispatch_table = self._dispatch_table()
-        callback = self._take_buffer if self._protocol >= 5 else buffer_callback
+        self._out_of_band = _OutOfBand(self._protocol, buffer_callback, self.options)
+        self._graph = _Graph(self._out_of_band.streams, self._protocol >= 4, self.options)
+        callback = self._out_of_band.take_buffer if self._protocol >= 5 else buffer_callback
         self._init_pickler(self._graph, self._protocol, fix_imports, callback)
         if not hasattr(file, "write"):
             raise TypeError("file must have a 'write' attribute")
         self._file = file
-        self._reset()
 
-    _kind = "pickle"
+    def _resolve_options(self, options: dict[str, Any]) -> Options:
+        """Return the options with this class's pickler.
+
+        Raises:
+            OptionsError: when ``pickler=``, or a preset's pickler other than the default,
+                names another pickler than this class.
+        """
+        resolved = resolve_options(**options)
+        named = options.get("pickler", resolved.pickler)
+        if named != self._kind and ("pickler" in options or named != PRESETS["default"].pickler):
+            raise OptionsError(
+                f"pickler={named!r} contradicts blpickle.{type(self).__name__}: "
+                f"use blpickle.{_PICKLER_NAMES[named]}, or leave pickler= out"
+            )
+        return resolved if resolved.pickler == self._kind else resolved.replace(pickler=self._kind)
 
     def _init_pickler(self, graph: _Graph, protocol: int, fix_imports: bool, callback: Any) -> None:
         pickle.Pickler.__init__(self, graph, protocol, fix_imports=fix_imports, buffer_callback=callback)
 
-    def _dispatch_table(self) -> Any:
-        return {**copyreg.dispatch_table, np.ndarray: self._reduce_ndarray, np.memmap: self._reduce_ndarray}
-
-    def _reset(self) -> None:
-        self._streams.clear()
-        self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray]] = {}
-        self._external: list[int] = []
-        self._slots = 0
-
-    def _reduce_ndarray(self, array: np.ndarray) -> Any:
-        if (
-            self._copy_small_arrays
-            and array.nbytes < INBAND_LIMIT
-            and array.dtype.itemsize
-            and not array.dtype.hasobject
-        ):
-            return reduce_ndarray(array, bytearray(array.tobytes(order="A")))  # "A": the order reduce_ndarray names
-        if type(array) is not np.ndarray:
-            array = array.view(np.ndarray)  # np.memmap and friends load as plain arrays
-        contiguous = array.flags.c_contiguous or array.flags.f_contiguous
-        if (
-            self._protocol < 5
-            or array.dtype.hasobject
-            or array.dtype.itemsize == 0
-            or (self._user_callback is not None and (contiguous or array.nbytes < INBAND_LIMIT))
-        ):
-            return array.__reduce_ex__(self._protocol)
-        placeholder = PickleBuffer(bytearray())
-        self._placeholders[id(placeholder)] = (placeholder, array)
-        return reduce_ndarray(array, placeholder)
-
-    def _take_buffer(self, buffer: PickleBuffer) -> bool:
-        taken = self._placeholders.pop(id(buffer), None)
-        if taken is not None:
-            self._streams.append((Payload.from_array(taken[1]), None))
-        elif self._user_callback is not None:
-            if self._user_callback(buffer):
-                return True  # the caller wants it in band
-            self._external.append(self._slots)
-        elif buffer.raw().nbytes < INBAND_LIMIT and self.options.codec is not None:
-            return True
-        else:
-            self._streams.append((Payload.from_picklebuffer(buffer), None))
-        self._slots += 1
-        return False
+    def reducer_override(self, obj: Any) -> Any:
+        """Reduce numpy arrays for blpickle (see :meth:`_OutOfBand.reduce_ndarray`); return
+        ``NotImplemented`` for anything else, which the pickler then saves as usual."""
+        if type(obj) in _ARRAY_TYPES:
+            return self._out_of_band.reduce_ndarray(obj)
+        return NotImplemented
 
     def dump(self, obj: Any) -> None:
         """Write ``obj`` as one blpickle record to the file.
@@ -211,16 +257,15 @@ class _RecordPickler:
         """
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
-        self._reset()
-        self.clear_memo()
         try:
             super().dump(obj)
-            streams = [(self._graph.finish(), None), *self._streams]
+            streams = [(self._graph.finish(), None), *self._out_of_band.streams]
             payloads = [payload for payload, _ in streams]
             write_record(self._file, self._header(streams), payloads, self.options, self._key)
-        finally:
+        finally:  # keep nothing of obj: the memo and the buffers would hold it alive
+            self.clear_memo()
             self._graph.reset()
-            self._reset()
+            self._out_of_band.reset()
 
     def _header(self, streams: list[tuple[Payload | PackedStream, int | None]]) -> fmt.Header:
         raw = self.options.codec is None
@@ -241,7 +286,7 @@ class _RecordPickler:
                     splice=splice,
                 )
             )
-        return fmt.Header(self.options.to_dict(), self._protocol, tuple(infos), tuple(self._external))
+        return fmt.Header(self.options.to_dict(), self._protocol, tuple(infos), tuple(self._out_of_band.external))
 
 
 @functools.lru_cache(maxsize=256)
@@ -254,24 +299,26 @@ class Pickler(_RecordPickler, pickle.Pickler):
 
     Same arguments as ``pickle.Pickler`` (protocol defaults to 5), plus ``key=`` (bytes: sign
     each record with HMAC-SHA256) and keyword options for :class:`blpickle.Options`
-    (``codec=``, ``clevel=``, ..., or ``preset=``).
+    (``codec=``, ``clevel=``, ..., or ``preset=``; ``pickler=`` may be left out).
+
+    Raises:
+        blpickle.OptionsError: for an invalid option, or a ``pickler=`` naming the other class.
     """
 
 
 class CloudPickler(_RecordPickler, cloudpickle.Pickler):
     """A ``cloudpickle.Pickler`` that writes blpickle records: it also saves lambdas,
-    closures and classes defined in ``__main__``, by value."""
+    closures and classes defined in ``__main__``, by value. Arguments as :class:`Pickler`."""
 
     _kind = "cloudpickle"
 
     def _init_pickler(self, graph: _Graph, protocol: int, fix_imports: bool, callback: Any) -> None:
         cloudpickle.Pickler.__init__(self, graph, protocol, buffer_callback=callback)
 
-    def _dispatch_table(self) -> Any:
-        from collections import ChainMap
-
-        ours = {np.ndarray: self._reduce_ndarray, np.memmap: self._reduce_ndarray}
-        return ChainMap(ours, cloudpickle.Pickler.dispatch_table)
+    def reducer_override(self, obj: Any) -> Any:
+        """Reduce numpy arrays as :class:`Pickler` does, the rest as cloudpickle does."""
+        reduced = _RecordPickler.reducer_override(self, obj)
+        return cloudpickle.Pickler.reducer_override(self, obj) if reduced is NotImplemented else reduced
 
 
 _PICKLER_NAMES = {"pickle": "Pickler", "cloudpickle": "CloudPickler"}

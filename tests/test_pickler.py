@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import copyreg
+import gc
 import io
 import mmap
 import os
 import pickle
 import sys
 import threading
+import weakref
+from typing import ClassVar
 
 import numpy as np
+import psutil
 import pytest
 from conftest import NonSeekable, assert_same_array, roundtrip
 
@@ -79,9 +84,9 @@ def _layouts(array: np.ndarray) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_every_dtype_and_layout_round_trips(dtype):
+def test_every_dtype_and_layout_round_trips_as_with_pickle(dtype):
     for array in _layouts(_sample(dtype)).values():
-        assert_same_array(array, roundtrip(array))
+        assert_same_array(pickle.loads(pickle.dumps(array, protocol=5)), roundtrip(array))
 
 
 @pytest.mark.parametrize("dtype", ["f8", "i2", [("a", "<i4"), ("b", ">f8")], "U4"], ids=str)
@@ -130,16 +135,18 @@ def test_object_arrays_keep_their_inner_buffers_out_of_band():
     assert loaded[2]["k"] is loaded[0]
 
 
-def test_small_buffers_stay_in_band_and_load_writable():
+def test_small_buffers_stay_in_band():
     small = {
-        "ro": np.frombuffer(b"x" * 1000, np.uint8),
+        "b": bytearray(b"x" * 1000),
         "f": np.asfortranarray(np.ones((10, 20))),
         "v": np.arange(500)[::3],
     }
     data = blpickle.dumps(small)
     assert blpickle.inspect(data).buffers == ()
+    loaded = blpickle.loads(data)
+    assert loaded.pop("b") == small.pop("b")
     for key, array in small.items():
-        assert_same_array(array, blpickle.loads(data)[key])
+        assert_same_array(array, loaded[key])
     limit = blpickle.pickler.INBAND_LIMIT
     sizes = [
         b.nbytes for b in blpickle.inspect(blpickle.dumps([np.zeros(limit - 1, "u1"), np.zeros(limit, "u1")])).buffers
@@ -321,14 +328,6 @@ def test_splices_and_out_of_band_buffers_interleave():
         assert loaded[1] == blob and loaded[3] == blob
         for i in (0, 2, 4):
             assert_same_array(obj[i], loaded[i])
-
-
-def test_readonly_arrays_load_writable():
-    array = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-    assert not array.flags.writeable
-    loaded = roundtrip(array)
-    assert loaded.flags.writeable
-    loaded[0] = 1
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
@@ -589,3 +588,206 @@ def test_deep_recursion_error_is_clean():
         nested = [nested]
     with pytest.raises(RecursionError):
         blpickle.dumps(nested)
+
+
+class _Held:
+    """An object a weak reference can follow, holding arrays big and small."""
+
+    def __init__(self) -> None:
+        self.big = np.arange(100_000.0)
+        self.small = np.arange(10)
+
+
+@pytest.fixture
+def gc_disabled():
+    """Only reference counting frees objects: anything kept by a reference cycle stays."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+def _dumps_with_a_pickler(cls, obj, fails=False):
+    """Dump ``obj`` with a pickler of ``cls`` and return the pickler, still alive."""
+    pickler = cls(io.BytesIO())
+    try:
+        pickler.dump([obj, _Fails()] if fails else obj)
+    except ValueError:
+        assert fails
+    return pickler
+
+
+DUMPERS = {
+    "dumps": lambda obj, path: blpickle.dumps(obj),
+    "dump to a path": lambda obj, path: blpickle.dump(obj, path),
+    "dumps, cloudpickle": lambda obj, path: blpickle.dumps(obj, pickler="cloudpickle"),
+    "Pickler": lambda obj, path: _dumps_with_a_pickler(blpickle.Pickler, obj),
+    "CloudPickler": lambda obj, path: _dumps_with_a_pickler(blpickle.CloudPickler, obj),
+    "Pickler, failed dump": lambda obj, path: _dumps_with_a_pickler(blpickle.Pickler, obj, fails=True),
+    "CloudPickler, failed dump": lambda obj, path: _dumps_with_a_pickler(blpickle.CloudPickler, obj, fails=True),
+}
+
+
+@pytest.mark.parametrize("how", DUMPERS)
+def test_a_dumped_object_is_freed_as_soon_as_it_is_dropped(how, tmp_file, gc_disabled):
+    obj = _Held()
+    refs = [weakref.ref(obj), weakref.ref(obj.big), weakref.ref(obj.small)]
+    kept = DUMPERS[how](obj, tmp_file)  # a pickler stays alive: its memo must not hold obj
+    del obj
+    assert [ref() for ref in refs] == [None, None, None]
+    del kept
+
+
+@pytest.mark.slow
+def test_a_loop_of_dumps_of_big_arrays_runs_in_constant_memory(tmp_file, gc_disabled):
+    process = psutil.Process()
+    size = 64 << 20
+    pickler = blpickle.Pickler(io.BytesIO())
+    baseline = process.memory_info().rss
+    growth = []
+    for i in range(8):
+        array = np.full(size // 8, i, dtype=np.int64)  # touched: all of it is resident
+        [blpickle.dumps, lambda a: blpickle.dump(a, tmp_file), pickler.dump][i % 3]({"a": array})
+        del array
+        growth.append(process.memory_info().rss - baseline)
+    assert max(growth) < 2 * size, [g >> 20 for g in growth]  # 8 arrays kept would be 8 * size
+
+
+class Point:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
+def _reduce_point_times_ten(point: Point):
+    return Point, (point.x * 10,)
+
+
+def _assert_table_used_and_array_out_of_band(data: bytes, array: np.ndarray) -> None:
+    loaded = blpickle.loads(data)
+    assert loaded[0].x == 10  # the dispatch table's reducer ran
+    assert_same_array(array, loaded[1])
+    assert [b.nbytes for b in blpickle.inspect(data).buffers] == [array.nbytes]
+
+
+@pytest.mark.parametrize("base", [blpickle.Pickler, blpickle.CloudPickler])
+def test_a_dispatch_table_class_attribute_is_honoured(base):
+    class WithTable(base):
+        dispatch_table: ClassVar[dict] = {**copyreg.dispatch_table, Point: _reduce_point_times_ten}
+
+    array = np.arange(100_000.0)
+    out = io.BytesIO()
+    WithTable(out).dump([Point(1), array])
+    _assert_table_used_and_array_out_of_band(out.getvalue(), array)
+
+
+def test_a_dispatch_table_set_on_the_instance_is_honoured():
+    array = np.arange(100_000.0)
+    out = io.BytesIO()
+    pickler = blpickle.Pickler(out)
+    pickler.dispatch_table = {Point: _reduce_point_times_ten}
+    pickler.dump([Point(1), array])
+    _assert_table_used_and_array_out_of_band(out.getvalue(), array)
+
+
+def test_cloudpickler_needs_no_pickler_option():
+    for options in ({}, {"pickler": "cloudpickle"}, {"preset": "fast"}, {"codec": None}):
+        out = io.BytesIO()
+        blpickle.CloudPickler(out, **options).dump(lambda: 7)
+        assert blpickle.loads(out.getvalue())() == 7
+        assert blpickle.inspect(out.getvalue()).options["pickler"] == "cloudpickle"
+    blpickle.Pickler(io.BytesIO(), pickler="pickle").dump(1)
+    with pytest.raises(blpickle.OptionsError, match=r"pickler='pickle' contradicts blpickle\.CloudPickler"):
+        blpickle.CloudPickler(io.BytesIO(), pickler="pickle")
+    with pytest.raises(blpickle.OptionsError, match=r"pickler='cloudpickle' contradicts blpickle\.Pickler"):
+        blpickle.Pickler(io.BytesIO(), preset=blpickle.Options(pickler="cloudpickle"))
+
+
+#: dtypes numpy's own reduce may treat specially: byte orders, datetime units, structured
+#: dtypes with such fields, subarrays, alignment, metadata.
+PICKLE_DTYPES = [
+    ">M8[ns]",
+    "<M8[ns]",
+    ">M8[D]",
+    ">M8[3ms]",
+    ">M8",
+    ">m8[us]",
+    "<m8[ps]",
+    ">m8",
+    ">i4",
+    ">f8",
+    ">c8",
+    ">U3",
+    "S4",
+    "?",
+    [("t", ">M8[us]"), ("d", "<m8[s]")],
+    [("a", ">i2", (2, 3)), ("b", ">M8[s]", (2,))],
+    np.dtype([("x", "<f4"), ("y", ">M8[h]")], align=True),
+    np.dtype(">M8[s]", metadata={"unit": "wall clock"}),
+    np.dtype("<M8[s]", metadata={"unit": "wall clock"}),
+    np.dtype({"names": ["a", "b"], "formats": ["<i4", "<M8[D]"], "titles": ["A", None]}),
+    np.dtype((np.record, [("a", "<i4"), ("b", "<m8[s]")])),
+]
+
+
+def _same_bits(actual: np.ndarray, expected: np.ndarray) -> bool:
+    """Whether two arrays hold the same bits, field by field (padding is not data)."""
+    if expected.dtype.names:
+        return all(_same_bits(actual[name], expected[name]) for name in expected.dtype.names)
+    return actual.tobytes() == expected.tobytes()
+
+
+def _random_array(dtype, size: int) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    raw = np.random.default_rng(1).integers(0, 256, size=size * dtype.itemsize, dtype=np.uint8)
+    return raw.view(dtype).reshape(-1, 4)
+
+
+@pytest.mark.parametrize("dtype", PICKLE_DTYPES, ids=str)
+def test_arrays_load_with_the_dtype_and_values_pickle_gives(dtype):
+    for size in (64, 40_000):  # copied in band, out of band
+        for array in (_random_array(dtype, size), _random_array(dtype, size).T, _random_array(dtype, size)[::2]):
+            expected = pickle.loads(pickle.dumps(array, protocol=5))
+            for options in ({}, {"codec": None}, {"pickler": "cloudpickle"}):
+                loaded = roundtrip(array, **options)
+                assert loaded.dtype == expected.dtype, (loaded.dtype, expected.dtype)
+                assert loaded.dtype.descr == expected.dtype.descr  # byte order too
+                assert loaded.dtype.metadata == expected.dtype.metadata
+                assert loaded.shape == expected.shape
+                assert _same_bits(loaded, expected)
+
+
+def _loads_every_way(array: np.ndarray, path: str) -> dict:
+    """The array loaded through each path of blpickle, with what pickle gives for it."""
+    pickled = pickle.loads(pickle.dumps(array, protocol=5))
+    kept: list = []
+    their_kept: list = []
+    with_callback = blpickle.dumps(array, buffer_callback=kept.append)
+    their_callback = pickle.dumps(array, protocol=5, buffer_callback=their_kept.append)
+    ways = {
+        "default": (roundtrip(array), pickled),
+        "cloudpickle": (roundtrip(array, pickler="cloudpickle"), pickled),
+        "codec None": (roundtrip(array, codec=None), pickled),
+        "buffer_callback": (
+            blpickle.loads(with_callback, buffers=kept),
+            pickle.loads(their_callback, buffers=their_kept),
+        ),
+    }
+    blpickle.dump(array, path, codec=None)
+    for mode in ("r+", "c"):
+        ways[f"mmap_mode {mode}"] = (blpickle.load(path, mmap_mode=mode), pickled)
+    return ways
+
+
+@pytest.mark.parametrize("size", [1000, 100_000], ids=["in band", "out of band"])
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "0-d"])
+@pytest.mark.parametrize("writeable", [True, False], ids=["writable", "read-only"])
+def test_arrays_keep_their_writeable_flag_as_pickle_does(size, layout, writeable, tmp_file):
+    array = np.arange(size, dtype=np.float64).reshape(-1, 10)
+    array = {"C": array, "F": array.T, "strided": array[::2], "0-d": array[0, 0, ...]}[layout]
+    array.flags.writeable = writeable
+    for way, (loaded, expected) in _loads_every_way(array, tmp_file).items():
+        assert loaded.flags.writeable == expected.flags.writeable, way
+        if layout != "strided":  # numpy copies strided views into new, writable arrays
+            assert loaded.flags.writeable == writeable, way
+        np.testing.assert_array_equal(loaded, array)
+    assert not blpickle.load(tmp_file, mmap_mode="r").flags.writeable
