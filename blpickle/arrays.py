@@ -65,6 +65,11 @@ def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytearray) -> tuple
     return rebuild_ndarray, (buffer, array.dtype, array.shape, order)
 
 
+#: The C pickle module's own functions, kept even where ``pickle.dumps``/``loads`` are swapped
+#: for blpickle's (``import blpickle as pickle`` done by monkeypatching, as the peer suites do).
+_plain_dumps, _plain_loads = pickle.dumps, pickle.loads
+
+
 @functools.lru_cache(maxsize=512)
 def pickle_keeps_dtype(dtype: np.dtype, contiguous: bool) -> bool:
     """Return whether ``pickle`` gives arrays of ``dtype`` back with that very dtype (byte
@@ -73,5 +78,5 @@ def pickle_keeps_dtype(dtype: np.dtype, contiguous: bool) -> bool:
     byte-swapped strided arrays of most dtypes, for instance.
     """
     sample = np.zeros(1, dtype) if contiguous else np.zeros(3, dtype)[::2]
-    loaded = pickle.loads(pickle.dumps(sample, protocol=5)).dtype
+    loaded = _plain_loads(_plain_dumps(sample, protocol=5)).dtype
     return loaded == dtype and loaded.descr == dtype.descr

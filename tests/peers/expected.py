@@ -59,9 +59,6 @@ EXPECTED: dict[str, Expectation] = {
     "numpy/_core/tests/test_multiarray.py::TestPickling::test_correct_protocol5_error_message": Expectation(
         "may-skip", "numpy runs it only where pickle has no protocol 5"
     ),
-    "numpy/_core/tests/test_multiarray.py::TestPickling::test_datetime64_byteorder": _defect(
-        5, "a big-endian datetime64 array loads with a little-endian dtype"
-    ),
     # pandas/tests/io/test_pickle.py
     "pandas/tests/io/test_pickle.py::test_pickles": _LEGACY_DATA,
     "pandas/tests/io/test_pickle.py::test_pickle_frame_v124_unpickle_130": _LEGACY_DATA,
