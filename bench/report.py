@@ -179,15 +179,15 @@ def markdown_report(doc: dict) -> str:
         "Speeds are MB/s of the best run, the median run in parentheses.",
     ]
     for group in groups(doc["rows"]):
-        out += [f"\n#### {group_title(group)}\n", markdown_table(group_table(group))]
+        out += [f"\n**{group_title(group)}**\n", markdown_table(group_table(group))]
     if doc["memory"]:
         out += [
-            "\n#### Extra peak memory (MiB beyond the array)\n",
+            "\n**Extra peak memory (MiB beyond the array)**\n",
             markdown_table(memory_table(doc["memory"])),
         ]
     if doc["threads"]:
-        out += ["\n#### blpickle default: threads\n", markdown_table(threads_table(doc["threads"]))]
-    out.append("\n#### Goals\n")
+        out += ["\n**blpickle default: threads**\n", markdown_table(threads_table(doc["threads"]))]
+    out.append("\n**Goals**\n")
     out += [f"- **{goal['status']}** {goal['summary']}" for goal in doc["goals"]]
     return "\n".join(out) + "\n"
 
@@ -195,6 +195,7 @@ def markdown_report(doc: dict) -> str:
 #: The peers a reader compares blpickle with, in the plots (REFERENCES less joblib's rarely used HC).
 _PEERS = (DEFAULT, "pickle p5", "np.save", "blosc2 save_tensor", "joblib lz4", "joblib zlib-3")
 _GREY = "0.6"
+ENTROPY_NAMES = {"low": "an int64 ramp", "medium": "noisy float64", "high": "random float64"}
 #: blpickle in colour; in the line plots each peer has a colour of its own, none of them orange.
 _COLOURS = {DEFAULT: "tab:orange"}
 _LINE_COLOURS = {
@@ -231,31 +232,24 @@ def _bars(ax: plt.Axes, labels: list[str], values: list[float], fmt: str) -> Non
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
     for yi, value in zip(y, values, strict=True):
-        ax.text(value, yi, " " + fmt.format(value), va="center", fontsize=9)
+        ax.text(value, yi, " " + fmt.format(value), va="center", fontsize="small")
     ax.set_xlim(0, max(values) * 1.25)
     ax.spines[["top", "right"]].set_visible(False)
 
 
-def plot_headline(rows: list[dict], path: str, size: str = "mid") -> None:
-    """One chart for the home page: dump and load speed as multiples of pickle's, per dataset."""
+def plot_headline(rows: list[dict], path: str, size: str = "mid", dataset: str = "medium") -> None:
+    """One chart for the home page: dump and load speed of the peers as multiples of pickle's."""
     methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
     nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
-    width = 0.27
-    y = np.arange(len(methods))
-    for ax, what, title in ((axes[0], "dump", "dump"), (axes[1], "load_hot", "load")):
-        for k, dataset in enumerate(ENTROPIES):
-            values = [_relative(rows, what, m, dataset, size) or 0 for m in methods]
-            shade = ("tab:orange", "tab:red", "tab:brown")[k]
-            ax.barh(y + (k - 1) * width, values, height=width, label=f"{dataset} entropy", color=shade)
-        ax.axvline(1, color="k", linewidth=0.8)
-        ax.set_title(f"{title} speed, {human_size(nbytes)} arrays (x pickle, higher is better)", fontsize=10)
-        ax.spines[["top", "right"]].set_visible(False)
-    axes[0].set_yticks(y, methods)
-    axes[0].invert_yaxis()
-    axes[1].legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with plt.rc_context({"font.size": 12}):
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+        for ax, what, label in ((axes[0], "dump", "dump"), (axes[1], "load_hot", "load")):
+            _bars(ax, methods, [_relative(rows, what, m, dataset, size) or 0 for m in methods], "{:.2g}x")
+            ax.set_title(f"{label} (x pickle)")
+        axes[1].set_yticklabels([])
+        fig.suptitle(f"{human_size(nbytes)} of {ENTROPY_NAMES[dataset]}: speed as a multiple of pickle's")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -263,12 +257,13 @@ def plot_speeds(rows: list[dict], path: str, size: str) -> None:
     """Dump and load speed of the peers as multiples of pickle's at one size, a row per dataset."""
     methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
     nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
-    fig, axes = plt.subplots(len(ENTROPIES), 2, figsize=(10, 2.3 * len(ENTROPIES)), sharey=True)
+    fig, axes = plt.subplots(len(ENTROPIES), 2, figsize=(10, 2.3 * len(ENTROPIES)))
     for i, dataset in enumerate(ENTROPIES):
         for k, (what, label) in enumerate((("dump", "dump"), ("load_hot", "load"))):
             values = [_relative(rows, what, m, dataset, size) or 0 for m in methods]
             _bars(axes[i][k], methods, values, "{:.2g}x")
-            axes[i][k].set_title(f"{dataset} entropy: {label}", fontsize=10)
+            axes[i][k].set_title(f"{ENTROPY_NAMES[dataset]}: {label}", fontsize=10)
+        axes[i][1].set_yticklabels([])
     fig.suptitle(f"{human_size(nbytes)} arrays: speed as a multiple of pickle's (higher is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -280,11 +275,13 @@ def plot_ratios(rows: list[dict], path: str) -> None:
     size = max({r["size"] for r in rows if r["size"] in SIZES}, key=SIZES.__getitem__)
     methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
     nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
-    fig, axes = plt.subplots(1, len(ENTROPIES), figsize=(14, 3.4), sharey=True)
-    for ax, dataset in zip(axes, ENTROPIES, strict=True):
+    fig, axes = plt.subplots(1, len(ENTROPIES), figsize=(12, 3.2))
+    for j, (ax, dataset) in enumerate(zip(axes, ENTROPIES, strict=True)):
         found = {r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == dataset}
         _bars(ax, methods, [found.get(m, 0) for m in methods], "{:.3g}")
-        ax.set_title(f"{dataset} entropy", fontsize=10)
+        ax.set_title(ENTROPY_NAMES[dataset], fontsize=10)
+        if j:
+            ax.set_yticklabels([])
     fig.suptitle(f"Compression ratio, {human_size(nbytes)} arrays (higher is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
