@@ -156,6 +156,12 @@ class Run:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.replot:
+        with open(args.replot) as file:
+            doc = json.load(file)
+        stem = os.path.splitext(os.path.basename(args.replot))[0]
+        write_results(doc, os.path.dirname(args.replot) or ".", stem)
+        return 0
     started = time.perf_counter()
     machine = report.machine_info()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="blpickle-bench-") as directory:
@@ -204,6 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--only", nargs="+", metavar="NAME", help="run the contenders whose name contains one")
     add("--dir", help="where to write the files (default: the system's temporary directory)")
     add("--out", default=RESULTS, help="where to write results (default: bench/results)")
+    add("--replot", metavar="JSON", help="run nothing: write the Markdown and plots of a saved run again")
     return parser
 
 
@@ -214,7 +221,9 @@ def write_results(doc: dict, out: str, stem: str) -> None:
         json.dump(doc, file, indent=1)
     with open(os.path.join(out, f"{stem}.md"), "w") as file:
         file.write(report.markdown_report(doc))
-    report.plot_speeds(doc["rows"], os.path.join(out, f"{stem}-speed.png"))
+    report.plot_headline(doc["rows"], os.path.join(out, f"{stem}-headline.png"))
+    for size in dict.fromkeys(r["size"] for r in doc["rows"] if r["size"] in SIZES):
+        report.plot_speeds(doc["rows"], os.path.join(out, f"{stem}-speed-{size}.png"), size)
     report.plot_ratios(doc["rows"], os.path.join(out, f"{stem}-ratio.png"))
     report.plot_growth(doc["rows"], os.path.join(out, f"{stem}-growth.png"))
     if doc["threads"]:

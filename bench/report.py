@@ -179,87 +179,137 @@ def markdown_report(doc: dict) -> str:
         "Speeds are MB/s of the best run, the median run in parentheses.",
     ]
     for group in groups(doc["rows"]):
-        out += [f"\n#### {group_title(group)}\n", markdown_table(group_table(group))]
+        out += [f"\n**{group_title(group)}**\n", markdown_table(group_table(group))]
     if doc["memory"]:
         out += [
-            "\n#### Extra peak memory (MiB beyond the array)\n",
+            "\n**Extra peak memory (MiB beyond the array)**\n",
             markdown_table(memory_table(doc["memory"])),
         ]
     if doc["threads"]:
-        out += ["\n#### blpickle default: threads\n", markdown_table(threads_table(doc["threads"]))]
-    out.append("\n#### Goals\n")
+        out += ["\n**blpickle default: threads**\n", markdown_table(threads_table(doc["threads"]))]
+    out.append("\n**Goals**\n")
     out += [f"- **{goal['status']}** {goal['summary']}" for goal in doc["goals"]]
     return "\n".join(out) + "\n"
 
 
-def plot_speeds(rows: list[dict], path: str) -> None:
-    """Paper-style grid: entropy down, size across; bars of dump and load speeds per method."""
-    sizes = [s for s in SIZES if any(r["size"] == s for r in rows)]
-    fig, axes = plt.subplots(len(ENTROPIES), len(sizes), figsize=(5 * len(sizes), 7 * len(ENTROPIES)), squeeze=False)
-    for (i, entropy), (j, size) in ((a, b) for a in enumerate(ENTROPIES) for b in enumerate(sizes)):
-        ax = axes[i][j]
-        group = [r for r in rows if r["dataset"] == entropy and r["size"] == size]
-        y = np.arange(len(group))
-        for k, (what, label) in enumerate(_SPEEDS.items()):
-            values = [speed(r, what) if r.get(what) else 0 for r in group]
-            ax.barh(
-                y + (k - 1) * 0.27,
-                values,
-                height=0.27,
-                label=label,
-                color=("0.1", "0.55", "0.85")[k],
-                edgecolor="k",
-            )
-        ax.set_yticks(y, [r["method"] for r in group], fontsize=8)
-        ax.invert_yaxis()
-        ax.set_xscale("log")
-        ax.set_title(f"{entropy} entropy, {size}")
-        ax.set_xlabel("MB/s (higher is better)")
-    axes[0][0].legend(loc="lower right", fontsize=8)
+#: The peers a reader compares blpickle with, in the plots (REFERENCES less joblib's rarely used HC).
+_PEERS = (DEFAULT, "pickle p5", "np.save", "blosc2 save_tensor", "joblib lz4", "joblib zlib-3")
+_GREY = "0.6"
+ENTROPY_NAMES = {"low": "an int64 ramp", "medium": "noisy float64", "high": "random float64"}
+#: blpickle in colour; in the line plots each peer has a colour of its own, none of them orange.
+_COLOURS = {DEFAULT: "tab:orange"}
+_LINE_COLOURS = {
+    **_COLOURS,
+    "pickle p5": "tab:blue",
+    "np.save": "tab:green",
+    "blosc2 save_tensor": "tab:purple",
+    "joblib lz4": "tab:gray",
+    "joblib zlib-3": "tab:brown",
+}
+
+
+def human_size(nbytes: float) -> str:
+    """``80000000`` -> ``"80 MB"`` (decimal units, as the datasets are named)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _relative(rows: list[dict], what: str, method: str, dataset: str, size: str) -> float | None:
+    """``method``'s speed on one dataset over pickle's (None if either is missing)."""
+    found = {r["method"]: r for r in rows if r["dataset"] == dataset and r["size"] == size and r.get(what)}
+    if method not in found or "pickle p5" not in found:
+        return None
+    return found["pickle p5"][what]["min"] / found[method][what]["min"]
+
+
+def _bars(ax: plt.Axes, labels: list[str], values: list[float], fmt: str) -> None:
+    """Horizontal bars, blpickle's in colour, each labelled with its value."""
+    y = np.arange(len(labels))
+    colours = [_COLOURS.get(label, _GREY) for label in labels]
+    ax.barh(y, values, color=colours)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    for yi, value in zip(y, values, strict=True):
+        ax.text(value, yi, " " + fmt.format(value), va="center", fontsize="small")
+    ax.set_xlim(0, max(values) * 1.25)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+def plot_headline(rows: list[dict], path: str, size: str = "mid", dataset: str = "medium") -> None:
+    """One chart for the home page: dump and load speed of the peers as multiples of pickle's."""
+    methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
+    nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
+    with plt.rc_context({"font.size": 12}):
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+        for ax, what, label in ((axes[0], "dump", "dump"), (axes[1], "load_hot", "load")):
+            _bars(ax, methods, [_relative(rows, what, m, dataset, size) or 0 for m in methods], "{:.2g}x")
+            ax.set_title(f"{label} (x pickle)")
+        axes[1].set_yticklabels([])
+        fig.suptitle(f"{human_size(nbytes)} of {ENTROPY_NAMES[dataset]}: speed as a multiple of pickle's")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_speeds(rows: list[dict], path: str, size: str) -> None:
+    """Dump and load speed of the peers as multiples of pickle's at one size, a row per dataset."""
+    methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
+    nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
+    fig, axes = plt.subplots(len(ENTROPIES), 2, figsize=(10, 2.3 * len(ENTROPIES)))
+    for i, dataset in enumerate(ENTROPIES):
+        for k, (what, label) in enumerate((("dump", "dump"), ("load_hot", "load"))):
+            values = [_relative(rows, what, m, dataset, size) or 0 for m in methods]
+            _bars(axes[i][k], methods, values, "{:.2g}x")
+            axes[i][k].set_title(f"{ENTROPY_NAMES[dataset]}: {label}", fontsize=10)
+        axes[i][1].set_yticklabels([])
+    fig.suptitle(f"{human_size(nbytes)} arrays: speed as a multiple of pickle's (higher is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
 def plot_ratios(rows: list[dict], path: str) -> None:
-    """Compression ratio per method and dataset at the largest array size."""
+    """Compression ratio of each peer, one panel per dataset, at the largest array size."""
     size = max({r["size"] for r in rows if r["size"] in SIZES}, key=SIZES.__getitem__)
-    methods = list(dict.fromkeys(r["method"] for r in rows if r["size"] == size))
-    fig, ax = plt.subplots(figsize=(12, 5))
-    x = np.arange(len(methods))
-    for k, entropy in enumerate(ENTROPIES):
-        found = {r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == entropy}
-        ax.bar(x + (k - 1) * 0.27, [found.get(m, 0) for m in methods], width=0.27, label=entropy)
-    ax.set_xticks(x, methods, rotation=40, ha="right", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel("compression ratio")
-    ax.set_title(f"Compression ratios, {size} arrays")
-    ax.legend(title="entropy")
+    methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
+    nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
+    fig, axes = plt.subplots(1, len(ENTROPIES), figsize=(12, 3.2))
+    for j, (ax, dataset) in enumerate(zip(axes, ENTROPIES, strict=True)):
+        found = {r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == dataset}
+        _bars(ax, methods, [found.get(m, 0) for m in methods], "{:.3g}")
+        ax.set_title(ENTROPY_NAMES[dataset], fontsize=10)
+        if j:
+            ax.set_yticklabels([])
+    fig.suptitle(f"Compression ratio, {human_size(nbytes)} arrays (higher is better)")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
 def plot_growth(rows: list[dict], path: str) -> None:
-    """Speed against array size for blpickle default and the uncompressed references."""
-    methods = (DEFAULT, "pickle p5", "np.save", "blosc2 save_tensor", "joblib lz4")
-    fig, axes = plt.subplots(2, len(ENTROPIES), figsize=(15, 8), squeeze=False)
+    """Speed against array size for blpickle default and the peers."""
+    fig, axes = plt.subplots(2, len(ENTROPIES), figsize=(14, 7), squeeze=False, sharex=True)
     for j, entropy in enumerate(ENTROPIES):
         for i, what in enumerate(("dump", "load_hot")):
             ax = axes[i][j]
-            for method in methods:
+            for method in _PEERS:
                 found = sorted(
                     (r["nbytes"], speed(r, what))
                     for r in rows
                     if r["method"] == method and r["dataset"] == entropy and r["size"] in SIZES
                 )
                 if found:
-                    ax.plot(*zip(*found, strict=True), marker="o", label=method)
+                    width = 2.5 if method in _COLOURS else 1.2
+                    ax.plot(*zip(*found, strict=True), marker="o", label=method, color=_LINE_COLOURS[method], linewidth=width)
+            sizes = sorted({r["nbytes"] for r in rows if r["size"] in SIZES})
             ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_title(f"{entropy} entropy: {_SPEEDS[what]}")
-            ax.set_xlabel("array bytes")
+            ax.set_xticks(sizes, [human_size(s) for s in sizes])
+            ax.minorticks_off()
+            ax.set_title(f"{entropy} entropy: {_SPEEDS[what]}", fontsize=10)
             ax.set_ylabel("MB/s")
+            ax.spines[["top", "right"]].set_visible(False)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
@@ -268,7 +318,7 @@ def plot_growth(rows: list[dict], path: str) -> None:
 
 def plot_threads(threads: list[dict], path: str) -> None:
     """blpickle default's dump and load speed against nthreads, per dataset."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4))
     for entropy in ENTROPIES:
         found = [t for t in threads if t["dataset"] == entropy]
         for what, style in (("dump", "-o"), ("load_hot", "--s")):
@@ -283,6 +333,7 @@ def plot_threads(threads: list[dict], path: str) -> None:
     ax.set_xticks(sorted({t["nthreads"] for t in threads}))
     ax.set_title("blpickle default: thread scaling")
     ax.legend(fontsize=8)
+    ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
