@@ -1,11 +1,10 @@
 """Every code block of README.md and docs/ runs as printed.
 
-The Python blocks of one page run in order in one namespace, as a reader pastes them one after
-the other, in a temporary directory that holds the files the pages refer to. In shell blocks
-each ``blpickle ...`` line runs through the command line; lines that install or set up an
-environment (``pip``, ``python3 -m venv``, ``.venv/bin/...``) are CI's own steps and are not run
-here. A block that is not meant to run says so in its fence, with the reason:
-````python {test="skip" reason="..."}````.
+The blocks of one page run in order, as a reader pastes them one after the other, in an empty
+directory holding only the files the page says its reader already has (``GIVEN``): Python
+blocks in one namespace, and the ``blpickle ...`` lines of shell blocks through the command line
+(the other shell lines install things, which is CI's own job). A block that is not meant to run
+says so in its fence, with the reason: ``python {test="skip" reason="..."}``.
 """
 
 from __future__ import annotations
@@ -16,8 +15,10 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import joblib
 import numpy as np
 import pytest
 
@@ -55,46 +56,52 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
-def _python_blocks(page: Path) -> list[Block]:
-    return [b for b in blocks(page) if b.language in ("python", "py")]
+def _shell_commands(block: Block) -> list[list[str]]:
+    """The ``blpickle`` command lines of a shell block, as argument lists (comments dropped)."""
+    commands = (shlex.split(line, comments=True) for line in block.text.splitlines())
+    return [command for command in commands if command[:1] == ["blpickle"]]
 
 
-def _shell_lines(page: Path) -> list[str]:
-    lines = []
-    for block in blocks(page):
-        if block.language in ("bash", "sh", "shell"):
-            for line in block.text.splitlines():
-                command = line.split(" #")[0].strip()
-                if command.startswith("blpickle "):
-                    lines.append(command)
-    return lines
+def _run(block: Block, namespace: dict) -> None:
+    """Run one block as a reader would: Python in the page's namespace, shell lines of the
+    ``blpickle`` command through the command line (other shell lines install things: CI's job)."""
+    if block.language in ("python", "py"):
+        # blank lines first, so that a traceback gives the block's line number in the page
+        exec(compile("\n" * (block.line - 1) + block.text, str(block.page), "exec"), namespace)
+    elif block.language in ("bash", "sh", "shell"):
+        for command in _shell_commands(block):
+            done = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, timeout=600)
+            where = f"{block.page.name}:{block.line}: `{shlex.join(command)}`"
+            assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stderr}"
+
+
+def _pickle(path: Path) -> None:
+    with open(path, "wb") as file:
+        pickle.dump({"weights": np.random.rand(100, 10), "labels": list(range(100))}, file)
+
+
+#: Files a page says its reader already has, and how to make them.
+GIVEN: dict[str, dict[str, Callable[[Path], None]]] = {
+    "cli.md": {
+        "model.pkl": _pickle,
+        "model.joblib": lambda path: joblib.dump({"weights": np.random.rand(100, 10)}, path),
+        "arrays.npz": lambda path: np.savez(path, x=np.arange(10), y=np.ones(3)),
+        "image.blp": lambda path: blpickle.dump(np.zeros((64, 64), np.uint8), path),
+    },
+}
 
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A directory holding the files the pages use: a record, a pickle, npy and npz files."""
+    """An empty directory to run a page in."""
     monkeypatch.chdir(tmp_path)
-    obj = {"weights": np.arange(1000.0).reshape(10, 100), "labels": list(range(10))}
-    with open("model.pkl", "wb") as file:
-        pickle.dump(obj, file, protocol=5)
-    blpickle.dump(obj, "model.blp")
-    np.save("image.npy", np.zeros((64, 64), np.uint8))
-    np.savez("arrays.npz", a=np.arange(10), b=np.ones(3))
     return tmp_path
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if _python_blocks(p)], ids=lambda p: p.name)
-def test_python_blocks_run_in_order(page: Path, workdir: Path) -> None:
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_the_code_blocks_of_a_page_run_in_order(page: Path, workdir: Path) -> None:
+    for name, make in GIVEN.get(page.name, {}).items():
+        make(Path(name))
     namespace: dict = {"__name__": "__main__"}
-    for block in _python_blocks(page):
-        # blank lines first, so that a traceback gives the block's line number in the page
-        code = compile("\n" * (block.line - 1) + block.text, str(page), "exec")
-        exec(code, namespace)
-
-
-@pytest.mark.parametrize("page", [p for p in PAGES if _shell_lines(p)], ids=lambda p: p.name)
-def test_shell_blocks_run(page: Path, workdir: Path) -> None:
-    for command in _shell_lines(page):
-        args = shlex.split(command)[1:]
-        done = subprocess.run([sys.executable, "-m", "blpickle", *args], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, f"{page.name}: `{command}` exited {done.returncode}:\n{done.stderr}"
+    for block in blocks(page):
+        _run(block, namespace)
