@@ -22,7 +22,6 @@ pytestmark = [
 ]
 
 
-
 @pytest.fixture(autouse=True)
 def _registered():
     """Every test here runs with the family registered in this process."""
@@ -37,7 +36,6 @@ def test_register_adds_the_family():
 
     bl_dask.register()  # idempotent
     assert families[bl_dask.FAMILY][:2] == (bl_dask.serialize, bl_dask.deserialize)
-
 
 
 @pytest.mark.parametrize("compress", ["auto", True, False])

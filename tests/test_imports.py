@@ -89,3 +89,11 @@ def test_importing_an_integration_registers_nothing(module):
         """
     )
     assert found == {"same": True, "blosc": "unknown", "families": True}
+
+
+def test_the_installed_version_is_the_package_version():
+    import importlib.metadata
+
+    import blpickle
+
+    assert importlib.metadata.version("blpickle") == blpickle.__version__
