@@ -147,8 +147,9 @@ class WorkerPlugin(_WorkerPlugin):
     """Registers the ``"blpickle"`` family on every worker and applies the options.
 
     Args:
+        preset: as :func:`configure`.
         peers: also use blpickle for data workers fetch from each other.
-        preset, options: as :func:`configure`.
+        **options: as :func:`configure`.
     """
 
     name = "blpickle"
