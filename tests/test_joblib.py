@@ -852,6 +852,17 @@ def test_memory_mmap_mode_maps_raw_results(tmp_path, mmap_mode):
     assert reloaded == (42.0 if mmap_mode in ("r+", "w+") else 0.5)
 
 
+def test_a_mapped_result_maps_the_file_being_loaded_even_once_replaced(tmp_path):
+    path = tmp_path / "output.pkl"
+    blpickle.dump({"x": np.zeros(20_000)}, path, codec=None)
+    with open(path, "rb") as file:
+        unpickler = bj._MemmapUnpickler(file, mmap_mode="r", nthreads=1)
+        blpickle.dump({"x": np.ones(20_000)}, path, codec=None)  # a new file renamed over the name
+        loaded = unpickler.load()
+    assert isinstance(loaded["x"], np.memmap)
+    assert not loaded["x"].any()  # the zeros of the file that was opened
+
+
 def test_memory_mmap_mode_with_a_codec_warns(tmp_path):
     with pytest.warns(blpickle.BlpickleWarning, match="cannot be memory-mapped"):
         memory = Memory(

@@ -787,7 +787,7 @@ class _MemmapUnpickler(Unpickler):
 
     def __init__(self, file: BinaryIO, *, mmap_mode: str, nthreads: int | None) -> None:
         super().__init__(file, mmap_mode=mmap_mode, nthreads=nthreads)
-        self._memmap_info = (os.path.abspath(file.name), mmap_mode)
+        self._memmap_info = (file, mmap_mode)
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("blpickle.arrays", "rebuild_ndarray"):
@@ -796,16 +796,17 @@ class _MemmapUnpickler(Unpickler):
 
 
 def _rebuild_memmap(
-    filename: str, mode: str, buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str
+    file: BinaryIO, mode: str, buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str
 ) -> np.ndarray:
-    """Rebuild an array of the store as a ``numpy.memmap`` of ``filename`` when its buffer is
+    """Rebuild an array of the store as a ``numpy.memmap`` of the open ``file`` (the one being
+    loaded, even if a writer has since renamed another over its name) when its buffer is
     memory-mapped (a raw buffer), else as the plain array."""
     array = rebuild_ndarray(buffer, dtype, shape, order)  # validates the arguments
     mapping = _mapping_of(array)
     if mapping is None or not array.size:
         return array  # not mapped (a compressed buffer) or empty
     offset = array.ctypes.data - np.frombuffer(mapping, dtype=np.uint8).ctypes.data
-    return np.memmap(filename, array.dtype, mode, offset, array.shape, order)
+    return np.memmap(file, array.dtype, mode, offset, array.shape, order)
 
 
 def _mapping_of(array: np.ndarray) -> mmap.mmap | None:
