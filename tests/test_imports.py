@@ -47,12 +47,19 @@ def test_import_blpickle_imports_no_host_library_and_changes_no_registry():
         before = registries()
         import blpickle
         after = registries()
-        print(json.dumps({"before": before, "after": after}))
+        import joblib
+        try:
+            joblib.dump(1, io.BytesIO(), compress="blosc")
+            blosc = "registered"
+        except ValueError:
+            blosc = "unknown"
+        print(json.dumps({"before": before, "after": after, "blosc": blosc}))
         """
     )
     assert found["after"]["hosts"] == []
     assert found["after"] == found["before"]
     assert found["after"]["blosc2_releasegil"] is False
+    assert found["blosc"] == "unknown"  # joblib imported after blpickle: no "blosc" compressor
 
 
 def test_blpickle_works_after_import_without_any_registration():
