@@ -291,7 +291,10 @@ def _feeder_sender(writer: Connection, pending: collections.deque, sem: Any, one
     object itself, which is what ``concurrent.futures`` needs to fail the right future).
     """
 
-    def send(_placeholder: Any) -> None:
+    def send(placeholder: memoryview) -> None:
+        # Released at once: a pickling error's traceback keeps this frame, and a buffer still
+        # exported when the garbage collector finalises its BytesIO makes close() fail.
+        placeholder.release()
         obj = pending.popleft()
         try:
             message = writer._encode(obj)
