@@ -16,8 +16,10 @@ import numpy as np
 
 import blpickle
 
-with contextlib.suppress(ImportError):  # where blpickle registers joblib's "blosc" compressor
-    import blpickle.integrations.joblib
+with contextlib.suppress(ImportError):  # with joblib: the "joblib blosc" contender
+    from blpickle.integrations.joblib import register
+
+    register()
 
 DEFAULT = "blpickle default"
 

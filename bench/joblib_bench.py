@@ -29,7 +29,9 @@ import joblib
 import numpy as np
 
 import blpickle
-from blpickle.integrations import joblib as blosc_joblib  # registers "blosc" and "blpickle"
+from blpickle.integrations import joblib as blosc_joblib
+
+blosc_joblib.register()  # the "blosc" compressor and the "blpickle" store backend
 
 MB = 1e6
 RESULTS = Path(__file__).resolve().parent / "results" / "joblib.json"

@@ -239,6 +239,7 @@ def run_dask(sizes: list[int]) -> list[dict[str, Any]]:
         print("distributed is not installed: dask skipped")
         return []
     logging.getLogger("distributed").setLevel(logging.ERROR)
+    bl_dask.register()
     rows = []
     with LocalCluster(
         processes=True,

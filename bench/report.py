@@ -302,7 +302,13 @@ def plot_growth(rows: list[dict], path: str) -> None:
                 )
                 if found:
                     width = 2.5 if method in _COLOURS else 1.2
-                    ax.plot(*zip(*found, strict=True), marker="o", label=method, color=_LINE_COLOURS[method], linewidth=width)
+                    ax.plot(
+                        *zip(*found, strict=True),
+                        marker="o",
+                        label=method,
+                        color=_LINE_COLOURS[method],
+                        linewidth=width,
+                    )
             sizes = sorted({r["nbytes"] for r in rows if r["size"] in SIZES})
             ax.set_xscale("log")
             ax.set_xticks(sizes, [human_size(s) for s in sizes])

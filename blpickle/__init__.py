@@ -75,10 +75,6 @@ __all__ = [
     "loads",
 ]
 
-from .integrations import register_joblib as _register_joblib
-
-_register_joblib()  # joblib.dump(obj, f, compress="blosc") and Memory(backend="blpickle")
-
 
 def __getattr__(name: str) -> object:
     """``blpickle.multiprocessing``: the multiprocessing integration, imported on first use."""

@@ -98,10 +98,10 @@ def methods(nthreads: int | None = None, custom: Mapping[str, Any] | None = None
         notes.append("lz4 is not installed: pip install lz4 to compare with joblib's lz4")
     else:
         found.append(Method("joblib lz4", lambda o, p: joblib.dump(o, p, compress="lz4"), joblib.load))
-    from .integrations import register_joblib
+    from .integrations.joblib import register
 
-    if register_joblib():
-        found.append(Method("joblib blosc", lambda o, p: joblib.dump(o, p, compress="blosc"), joblib.load))
+    register()
+    found.append(Method("joblib blosc", lambda o, p: joblib.dump(o, p, compress="blosc"), joblib.load))
     return found, notes
 
 

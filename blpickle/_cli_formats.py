@@ -25,6 +25,7 @@ import numpy.lib.format as npy_format
 from . import format as fmt
 from .files import atomic_write
 from .info import pickle_globals
+from .integrations import JOBLIB_MAGIC
 from .pickler import dump as blpickle_dump
 from .pickler import load as blpickle_load
 
@@ -117,7 +118,7 @@ def sniff(path: str) -> Detected:
     magic = fmt.MAGIC
     if head.startswith(magic) or (len(head) < len(magic) and magic.startswith(head)):
         return Detected("blpickle", "a blpickle record")
-    if head[:1] == fmt.JOBLIB_MAGIC[:1]:
+    if head[:1] == JOBLIB_MAGIC[:1]:
         description = "a joblib file compressed with 'blosc' (blpickle's joblib compressor)"
         if importlib.util.find_spec("joblib") is None:
             description += "; reading it needs joblib: pip install joblib"
@@ -237,9 +238,9 @@ def _need_joblib() -> Any:
         import joblib
     except ImportError:
         raise ConversionError("joblib files need joblib, which is not installed: pip install joblib") from None
-    from .integrations import register_joblib
+    from .integrations.joblib import register
 
-    register_joblib()  # so that files compressed with "blosc" load
+    register()  # so that files compressed with "blosc" load
     return joblib
 
 

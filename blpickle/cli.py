@@ -260,8 +260,9 @@ def read_records(path: str, key: bytes | None = None) -> tuple[list[RecordInfo],
             try:
                 records.append(inspect(file, key=key))
             except LoadError as exc:
-                if records:
-                    exc.add_note(f"(in record {len(records) + 1} of the file; the records before it are intact)")
+                if records:  # what exc.add_note does, which Python 3.10 lacks
+                    note = f"(in record {len(records) + 1} of the file; the records before it are intact)"
+                    exc.__notes__ = [*getattr(exc, "__notes__", []), note]
                 raise
             position = file.tell()
             if position >= size:

@@ -24,9 +24,6 @@ from .errors import BadMagicError, CorruptError, LimitError, UnsupportedVersionE
 
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
-#: The start of a stream written by blpickle's ``"blosc"`` joblib compressor
-#: (:mod:`blpickle.integrations.joblib`): not a record, but blpickle knows it by sight.
-JOBLIB_MAGIC = b"\xb2BLJB\r\n\x1a"
 VERSION_MAJOR = 1
 VERSION_MINOR = 0
 

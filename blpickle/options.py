@@ -183,10 +183,15 @@ def compress_chunk(data: Any, cparams: dict[str, Any]) -> bytes:
     An explicit block size larger than the data shrinks to the data's whole elements: with a
     block larger than the data, or not a multiple of the element size, Blosc2 (4.14) writes
     chunks that decompress wrong, without an error (``tests/test_options.py`` holds it to this).
+    Data that ends in a partial element is compressed without bytedelta, which the Blosc2
+    releases before 4.11 (all those for Python 3.10) apply wrongly to that partial element.
     """
     nbytes = memoryview(data).nbytes
     if cparams.get("blocksize", 0) > nbytes:
         cparams = {**cparams, "blocksize": nbytes - nbytes % cparams["typesize"]}
+    if nbytes % cparams["typesize"] and blosc2.Filter.BYTEDELTA in cparams["filters"]:
+        filters = [f for f in cparams["filters"] if f != blosc2.Filter.BYTEDELTA]
+        cparams = {**cparams, "filters": filters, "filters_meta": [0] * len(filters)}
     return blosc2.compress2(data, **cparams)
 
 

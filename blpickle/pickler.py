@@ -394,8 +394,6 @@ class Unpickler(pickle.Unpickler):
             return self._load_record(head)
         if len(head) < len(fmt.MAGIC) and fmt.MAGIC.startswith(head):
             raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
-        if head[:1] == fmt.JOBLIB_MAGIC[:1]:
-            raise BadMagicError(head, "this is a joblib file compressed with 'blosc': read it with joblib.load")
         if fmt.damaged_magic(head):
             raise BadMagicError(head)
         if self._key is not None:

@@ -44,8 +44,6 @@ __all__ = [
     "write_record",
 ]
 
-blosc2.set_releasegil(True)
-
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -59,6 +57,7 @@ _SAMPLE_FRACTION = 8
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
+_POOLS_PREPARED = False
 
 
 def _forget_pools() -> None:
@@ -68,11 +67,16 @@ def _forget_pools() -> None:
     _POOLS_LOCK = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_pools)
-
-
 def _pool(nthreads: int) -> ThreadPoolExecutor:
+    """Return the shared pool of ``nthreads`` threads. Before the first pool, Blosc2 is told to
+    release the GIL (so that the pool's threads compress in parallel) and a forked child to
+    forget the pools: process-wide settings, made when they are first needed, not on import."""
+    global _POOLS_PREPARED
     with _POOLS_LOCK:
+        if not _POOLS_PREPARED:
+            blosc2.set_releasegil(True)
+            os.register_at_fork(after_in_child=_forget_pools)
+            _POOLS_PREPARED = True
         if nthreads not in _POOLS:
             _POOLS[nthreads] = ThreadPoolExecutor(nthreads, thread_name_prefix=f"blpickle-{nthreads}")
         return _POOLS[nthreads]

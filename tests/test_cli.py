@@ -23,7 +23,6 @@ import pytest
 
 import blpickle
 from blpickle import cli
-from blpickle.integrations import register_joblib
 
 joblib = pytest.importorskip("joblib")
 
@@ -124,7 +123,9 @@ def files(tmp_path: Path) -> dict[str, Path]:
     np.savez(out["a.npz"], x=np.arange(10), y=np.ones((300, 300), dtype=np.float32))
     joblib.dump(obj, out["x.joblib"])
     joblib.dump(obj, out["z.joblib"], compress=("zlib", 3))
-    register_joblib()
+    from blpickle.integrations.joblib import register
+
+    register()
     joblib.dump(obj, out["b.joblib"], compress="blosc")
     (tmp_path / "key").write_bytes(b"secret")
     (tmp_path / "wrong").write_bytes(b"wrong key")

@@ -22,7 +22,20 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _registered():
+    """Every test here runs with the family registered in this process."""
+    bl_dask.register()
+
+
 # --- the family alone ----------------------------------------------------------------------------
+
+
+def test_register_adds_the_family():
+    from distributed.protocol.serialize import families
+
+    bl_dask.register()  # idempotent
+    assert families[bl_dask.FAMILY][:2] == (bl_dask.serialize, bl_dask.deserialize)
 
 
 @pytest.mark.parametrize("compress", ["auto", True, False])

@@ -34,9 +34,15 @@ from joblib.compressor import _COMPRESSORS
 from joblib.numpy_pickle_utils import _detect_compressor
 
 import blpickle
-import blpickle.integrations
 from blpickle import format as fmt
-from blpickle.integrations import joblib as bj  # registers with joblib
+from blpickle.integrations import JOBLIB_MAGIC
+from blpickle.integrations import joblib as bj
+
+
+@pytest.fixture(autouse=True)
+def _registered():
+    """Every test here runs with blpickle registered with joblib."""
+    bj.register()
 
 
 def _detect(path) -> str:
@@ -89,12 +95,35 @@ def _signal(dtype, n=1 << 20, seed=0) -> np.ndarray:
 # Registration
 
 
-def test_blosc_compressor_and_backend_are_registered():
-    assert isinstance(_COMPRESSORS["blosc"], bj.BloscCompressorWrapper)
-    assert joblib.memory._STORE_BACKENDS["blpickle"] is bj.BlpickleStoreBackend
-    assert bj.register() is True  # idempotent
-    assert blpickle.integrations.register_joblib() is True
-    assert isinstance(_COMPRESSORS["blosc"], bj.BloscCompressorWrapper)
+def test_register_registers_the_compressor_and_the_store_backend(tmp_path):
+    bj.register()  # idempotent: a second call changes nothing
+    assert _dumps([1, 2]).startswith(bj.MAGIC)
+    memory = Memory(tmp_path, backend="blpickle", verbose=0)
+    assert isinstance(memory.store_backend, bj.BlpickleStoreBackend)
+    assert bj.MAGIC == JOBLIB_MAGIC
+
+
+def _in_a_fresh_process(code: str) -> list[str]:
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+@pytest.mark.parametrize("joblib_first", [True, False])
+def test_joblib_loads_a_blosc_file_in_a_fresh_process_after_register(tmp_path, joblib_first):
+    path = tmp_path / "a.blosc"
+    joblib.dump({"x": np.arange(100_000)}, path, compress="blosc")
+    imports = ["import joblib", "import blpickle.integrations.joblib"]
+    code = "\n".join(imports if joblib_first else imports[::-1])
+    code += f"""
+try:
+    joblib.load({os.fspath(path)!r})
+except Exception:  # joblib reads it as a pickle: an unknown opcode
+    print("not-registered")
+blpickle.integrations.joblib.register()
+print(int(joblib.load({os.fspath(path)!r})["x"].sum()))
+"""
+    assert _in_a_fresh_process(code) == ["not-registered", str(np.arange(100_000).sum())]
 
 
 def test_prefix_is_unique_and_not_a_pickle_opcode():
@@ -124,28 +153,27 @@ def test_extension_is_unique_and_only_selects_its_own_files(tmp_path):
     assert _detect(tmp_path / "a.z") == "zlib"
 
 
-def test_someone_elses_blosc_compressor_is_left_alone(monkeypatch):
+def test_register_replaces_another_blosc_compressor():
     from joblib.compressor import ZlibCompressorWrapper
 
-    other = ZlibCompressorWrapper()
-    monkeypatch.setitem(_COMPRESSORS, "blosc", other)
-    with pytest.warns(blpickle.BlpickleWarning, match="already has a compressor"):
-        assert bj.register() is False
-    assert _COMPRESSORS["blosc"] is other
+    joblib.register_compressor("blosc", ZlibCompressorWrapper(), force=True)
+    assert _dumps([1, 2]).startswith(b"\x78")  # zlib's
+    bj.register()
+    assert _dumps([1, 2]).startswith(bj.MAGIC)
 
 
-def test_register_joblib_without_joblib_installed():
-    code = textwrap.dedent(
-        """
-        import sys
-        sys.modules["joblib"] = None  # as if joblib were not installed
-        import blpickle.integrations
-        print(blpickle.integrations.register_joblib())
-        """
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split()[-1] == "False"
+def test_the_integration_needs_joblib_and_blpickle_does_not():
+    code = """
+    import sys
+    sys.modules["joblib"] = None  # as if joblib were not installed
+    import blpickle, blpickle.integrations
+    print(blpickle.loads(blpickle.dumps(3)), blpickle.integrations.JOBLIB_MAGIC.hex())
+    try:
+        import blpickle.integrations.joblib
+    except ImportError as exc:
+        print(exc.name)
+    """
+    assert _in_a_fresh_process(code) == ["3", JOBLIB_MAGIC.hex(), "joblib"]
 
 
 def test_the_blosc_constant_registers_where_it_is_unpickled():
@@ -153,11 +181,19 @@ def test_the_blosc_constant_registers_where_it_is_unpickled():
     assert isinstance(bj.BLOSC, str)
     code = textwrap.dedent(
         """
-        import pickle, sys
-        import joblib.compressor
-        assert "blosc" not in joblib.compressor._COMPRESSORS
+        import io, pickle, sys
+        import joblib
+
+        def dumps_with(name):
+            try:
+                joblib.dump(1, io.BytesIO(), compress=name)
+            except ValueError:  # "Non valid compression method given"
+                return False
+            return True
+
+        assert not dumps_with("blosc")
         name = pickle.loads(sys.stdin.buffer.read())
-        print(name, "blosc" in joblib.compressor._COMPRESSORS)
+        print(name, dumps_with(name))
         """
     )
     result = subprocess.run(
@@ -816,6 +852,17 @@ def test_memory_mmap_mode_maps_raw_results(tmp_path, mmap_mode):
     assert reloaded == (42.0 if mmap_mode in ("r+", "w+") else 0.5)
 
 
+def test_a_mapped_result_maps_the_file_being_loaded_even_once_replaced(tmp_path):
+    path = tmp_path / "output.pkl"
+    blpickle.dump({"x": np.zeros(20_000)}, path, codec=None)
+    with open(path, "rb") as file:
+        unpickler = bj._MemmapUnpickler(file, mmap_mode="r", nthreads=1)
+        blpickle.dump({"x": np.ones(20_000)}, path, codec=None)  # a new file renamed over the name
+        loaded = unpickler.load()
+    assert isinstance(loaded["x"], np.memmap)
+    assert not loaded["x"].any()  # the zeros of the file that was opened
+
+
 def test_memory_mmap_mode_with_a_codec_warns(tmp_path):
     with pytest.warns(blpickle.BlpickleWarning, match="cannot be memory-mapped"):
         memory = Memory(
@@ -982,12 +1029,13 @@ def test_concurrent_writers_of_one_result_never_leave_a_damaged_file(tmp_path):
 # -- joblib's own test suites -----------------------------------------------------------------
 
 _PLUGIN = """
-import joblib.memory
+import joblib
 import blpickle.integrations.joblib as bj
 
+bj.register()
 CALLS = {"dump_item": 0, "load_item": 0}
 if SWAP_STORE:
-    joblib.memory._STORE_BACKENDS["local"] = bj.BlpickleStoreBackend
+    joblib.register_store_backend("local", bj.BlpickleStoreBackend)
     for _name in CALLS:
         def _counting(self, *args, _method=getattr(bj.BlpickleStoreBackend, _name), _key=_name,
                       **kwargs):

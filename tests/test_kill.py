@@ -1,5 +1,8 @@
 """Killing a process in the middle of dump(obj, path) leaves the old file or the new one,
-never a mix: the record is written to a temporary file and renamed over the target."""
+never a mix: the record is written to a temporary file and renamed over the target.
+
+The writer is killed at a point it reports itself (while it pickles the object of a dump, the
+temporary file open), never after a guessed delay."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -18,29 +20,53 @@ WRITER = r"""
 import sys
 import numpy as np
 import blpickle
-path = sys.argv[1]
-rng = np.random.default_rng(0)
-big = rng.random(4_000_000)  # 32 MB of incompressible data: each dump takes a while
-print("ready", flush=True)
-for i in range(1, 10_000):
-    blpickle.dump({"generation": i, "data": big}, path, chunk_size=1 << 20)
+
+path, pause_at = sys.argv[1], int(sys.argv[2])
+
+
+class Pause:
+    # In generation pause_at, pickling this object says so and waits to be killed.
+    def __init__(self, generation):
+        self.generation = generation
+
+    def __reduce__(self):
+        if self.generation == pause_at:
+            print("writing", flush=True)
+            sys.stdin.readline()  # never answered: the parent kills this process
+        return int, ()
+
+
+big = np.random.default_rng(0).random(4_000_000)  # 32 MB of incompressible data
+for generation in range(1, pause_at + 1):
+    blpickle.dump({"generation": generation, "data": big, "pause": Pause(generation)}, path, chunk_size=1 << 20)
+    print("dumped", generation, flush=True)
 """
 
 
-@pytest.mark.slow
-def test_killed_writer_never_leaves_a_partial_file(tmp_path):
+def _leftovers(directory) -> list[str]:
+    return [name for name in os.listdir(directory) if name != "state.blp"]
+
+
+def _start_writer(path, pause_at: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), str(pause_at)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("pause_at", [1, 3])
+def test_a_writer_killed_during_a_dump_leaves_the_previous_record(tmp_path, pause_at):
     path = tmp_path / "state.blp"
     blpickle.dump({"generation": 0, "data": np.zeros(3)}, path)
-    rng = np.random.default_rng(1)
-    generations = set()
-    for _ in range(8):
-        with subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True) as writer:
-            assert writer.stdout.readline() == "ready\n"
-            time.sleep(float(rng.uniform(0.0, 0.5)))
-            writer.send_signal(signal.SIGKILL)
-        loaded = blpickle.load(path)  # the complete old record or a complete new one
-        generations.add(loaded["generation"])
-        assert loaded["data"].shape in ((3,), (4_000_000,))
-    assert len(generations) > 1  # some kills landed after a rename, some before
-    leftovers = [name for name in os.listdir(tmp_path) if name != "state.blp"]
-    assert all(name.startswith(".state.blp.") and name.endswith(".blpickle-tmp") for name in leftovers)
+    with _start_writer(path, pause_at) as writer:
+        lines = [writer.stdout.readline() for _ in range(pause_at)]
+        assert lines == [f"dumped {g}\n" for g in range(1, pause_at)] + ["writing\n"]
+        assert len(_leftovers(tmp_path)) == 1  # the temporary file being written
+        writer.send_signal(signal.SIGKILL)
+    loaded = blpickle.load(path)
+    assert loaded["generation"] == pause_at - 1  # the last complete record, whole
+    assert loaded["data"].shape == ((3,) if pause_at == 1 else (4_000_000,))
+    [leftover] = _leftovers(tmp_path)
+    assert leftover.startswith(".state.blp.") and leftover.endswith(".blpickle-tmp")

@@ -4,6 +4,7 @@ ProcessPoolExecutor send objects with blpickle under fork, spawn and forkserver.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import multiprocessing
 import os
 import pickle
@@ -273,12 +274,32 @@ def test_process_pool_executor(method):
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as executor:
         future = executor.submit(echo, objects)
         check_objects(objects, future.result(timeout=60))
-        assert isinstance(executor._call_queue, bmp._SafeQueue)  # arguments travel with blpickle
+        # a lambda as the function: the call queue sends arguments with blpickle (cloudpickle)
         assert list(executor.map(lambda a: a[0] + 1, [np.arange(5, 500_005)] * 3)) == [6] * 3
         bad = executor.submit(echo, threading.Lock())  # fails in the feeder thread
         with pytest.raises(TypeError):
             bad.result(timeout=60)
         assert executor.submit(echo, 41).result(timeout=60) == 41
+
+
+def _fail_in_the_feeder() -> None:
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=bmp.get_context("fork")) as executor:
+        assert executor.submit(echo, 1).result(timeout=60) == 1
+        bad = executor.submit(echo, threading.Lock())
+        with pytest.raises(TypeError):
+            bad.result(timeout=60)
+    # bad holds the error, whose traceback holds this frame, which holds bad: a cycle
+
+
+def test_a_pickling_error_in_the_feeder_leaves_no_buffer_exported(monkeypatch):
+    """The executor keeps the feeder's pickling error (and its traceback's frames) in the
+    future: collecting them must not find a BytesIO whose buffer is still exported."""
+    gc.collect()  # the garbage of earlier tests first
+    unraisable: list = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    _fail_in_the_feeder()
+    gc.collect()
+    assert unraisable == []
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -8,8 +8,6 @@ import io
 import mmap
 import os
 import pickle
-import sys
-import threading
 import weakref
 from typing import ClassVar
 
@@ -269,34 +267,6 @@ def test_the_pickle_stream_is_compressed_in_chunks_while_it_is_written(monkeypat
     for nthreads in (1, 2):
         assert blpickle.loads(blpickle.dumps(graph, nthreads=nthreads), nthreads=nthreads) == graph
         assert blpickle.loads(data, nthreads=nthreads)[0] == graph
-
-
-def test_the_last_chunk_of_the_pickle_stream_is_compressed_by_the_caller(monkeypatch):
-    threads: list[int] = []
-    compress = blpickle.stream.compress_chunk
-    monkeypatch.setattr(
-        blpickle.stream, "compress_chunk", lambda *args: threads.append(threading.get_ident()) or compress(*args)
-    )
-    graph = [(i, str(i)) for i in range(100_000)]  # several chunks
-    for obj in ({"small": 1}, graph):
-        threads.clear()
-        assert blpickle.loads(blpickle.dumps(obj, nthreads=2)) == obj
-        assert threads[-1] == threading.get_ident()  # no round trip through the pool to wait for
-    assert len(threads) > 1 and set(threads[:-1]) != {threading.get_ident()}  # the others in the pool
-
-
-def test_the_first_chunk_of_the_pickle_stream_is_decompressed_by_the_caller(monkeypatch):
-    graph = [(i, str(i)) for i in range(100_000)]  # several chunks
-    data = blpickle.dumps(graph)
-    threads: dict[str, int] = {}
-    unpack = blpickle.stream.unpack_chunk
-    monkeypatch.setattr(
-        blpickle.stream, "unpack_chunk", lambda *args: threads.update({args[5]: threading.get_ident()}) or unpack(*args)
-    )
-    assert blpickle.loads(data, nthreads=2) == graph
-    first = threads.pop("chunk 0 of the pickle stream")
-    assert first == threading.get_ident()  # no round trip through the pool to wait for
-    assert threads and threading.get_ident() not in threads.values()  # the others in the pool
 
 
 def test_a_failed_dump_leaves_the_pickler_ready_for_the_next():
@@ -584,7 +554,7 @@ def test_unpicklers_find_class_is_used_for_records():
 
 def test_deep_recursion_error_is_clean():
     nested: list = []
-    for _ in range(sys.getrecursionlimit() * 2):
+    for _ in range(100_000):  # deeper than Python's limit and, from 3.13, the C pickler's own
         nested = [nested]
     with pytest.raises(RecursionError):
         blpickle.dumps(nested)

@@ -1,10 +1,11 @@
 """A ``"blpickle"`` serialization family for dask.distributed.
 
-Importing this module registers the family in this process. Workers need it too: register
-:class:`WorkerPlugin` (it imports this module on every worker, now and later) before sending
-data::
+:func:`register` registers the family in this process (importing this module registers
+nothing). Workers need it too: register :class:`WorkerPlugin` (it registers the family on every
+worker, now and later) before sending data::
 
     from blpickle.integrations import dask as bldask
+    bldask.register()
     client = Client(cluster, serializers=bldask.SERIALIZERS, deserializers=bldask.DESERIALIZERS)
     client.register_plugin(bldask.WorkerPlugin())
 
@@ -43,6 +44,7 @@ __all__ = [
     "WorkerPlugin",
     "configure",
     "deserialize",
+    "register",
     "serialize",
 ]
 
@@ -133,16 +135,21 @@ def deserialize(header: dict, frames: list) -> Any:
     return _wire.unpickle_graph(frames[0], buffers)
 
 
-register_serialization_family(FAMILY, serialize, deserialize)
+def register() -> None:
+    """Register the ``"blpickle"`` serialization family with dask.distributed in this process.
+
+    Idempotent.
+    """
+    register_serialization_family(FAMILY, serialize, deserialize)
 
 
 class WorkerPlugin(_WorkerPlugin):
-    """Registers the ``"blpickle"`` family on every worker (unpickling the plugin imports this
-    module) and applies the options.
+    """Registers the ``"blpickle"`` family on every worker and applies the options.
 
     Args:
+        preset: as :func:`configure`.
         peers: also use blpickle for data workers fetch from each other.
-        preset, options: as :func:`configure`.
+        **options: as :func:`configure`.
     """
 
     name = "blpickle"
@@ -153,6 +160,7 @@ class WorkerPlugin(_WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         global _WIRE
+        register()
         _WIRE = self.wire
         if self.peers:
             _use_for_peers(worker)
@@ -165,9 +173,10 @@ def _use_for_peers(worker: Any) -> None:
 
 
 def dask_setup(server: Any) -> None:
-    """Run by ``dask worker --preload blpickle.integrations.dask``: importing the module
-    registered the family; a worker also fetches data from its peers with it."""
+    """Run by ``dask worker --preload blpickle.integrations.dask``: registers the family; a
+    worker also fetches data from its peers with it."""
     from distributed import Worker
 
+    register()
     if isinstance(server, Worker):
         _use_for_peers(server)

@@ -1,6 +1,6 @@
 """blpickle for joblib users: the ``"blosc"`` compressor and the ``"blpickle"`` store backend.
 
-Importing this module (``import blpickle`` does it when joblib is installed) registers:
+:func:`register` registers with joblib (importing this module registers nothing):
 
 - the compressor ``"blosc"``: ``joblib.dump(obj, f, compress="blosc")`` or
   ``compress=("blosc", level)``, files named ``*.blosc``, ``joblib.Memory(..., compress="blosc")``;
@@ -16,7 +16,7 @@ Importing this module (``import blpickle`` does it when joblib is installed) reg
 
 The compressor must be registered in every process that writes or loads such files. In worker
 processes, pass ``compress=blpickle.integrations.joblib.BLOSC`` (a ``"blosc"`` string that
-registers the compressor where it is unpickled) or import blpickle in the worker's code.
+registers the compressor where it is unpickled) or call :func:`register` in the worker's code.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from typing import Any, BinaryIO
 
 import joblib
 import numpy as np
-from joblib._store_backends import CacheWarning, FileSystemStoreBackend
 from joblib.compressor import CompressorWrapper
 from joblib.logger import format_time
 
@@ -61,6 +60,8 @@ from ..pickler import Unpickler
 from ..pickler import dump as blpickle_dump
 from ..pickler import load as blpickle_load
 from ..stream import CountingWriter, FileSource, map_ordered, unpack_chunk
+from . import JOBLIB_MAGIC
+from ._host_internals import joblib_store_classes
 
 __all__ = [
     "BLOSC",
@@ -79,7 +80,7 @@ __all__ = [
 ]
 
 #: The first 8 bytes of a stream written by the ``"blosc"`` compressor.
-MAGIC = fmt.JOBLIB_MAGIC
+MAGIC = JOBLIB_MAGIC
 #: What joblib matches to recognise the stream: the magic's first byte, which is neither a pickle
 #: opcode nor the first byte of another joblib format, so a file cut inside the magic still comes
 #: to :class:`BloscFile` and is reported as truncated.
@@ -624,6 +625,8 @@ BLOSC = _RegisteringName(NAME)
 # --------------------------------------------------------------------------------------------
 # The Memory store backend
 
+FileSystemStoreBackend, CacheWarning = joblib_store_classes()
+
 #: joblib compressor names -> blpickle codec and level when ``compress`` names no level.
 _CODECS = {
     "blosc": (None, None),  # blpickle's default codec and level
@@ -683,7 +686,7 @@ def options_for_compress(compress: Any) -> Options:
     return options if level is None else options.replace(clevel=level)
 
 
-class BlpickleStoreBackend(FileSystemStoreBackend):
+class BlpickleStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-type]
     """A ``joblib.Memory`` store that writes results with :func:`blpickle.dump`.
 
     Selected with ``joblib.Memory(location, backend="blpickle")``; everything else is
@@ -784,7 +787,7 @@ class _MemmapUnpickler(Unpickler):
 
     def __init__(self, file: BinaryIO, *, mmap_mode: str, nthreads: int | None) -> None:
         super().__init__(file, mmap_mode=mmap_mode, nthreads=nthreads)
-        self._memmap_info = (os.path.abspath(file.name), mmap_mode)
+        self._memmap_info = (file, mmap_mode)
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("blpickle.arrays", "rebuild_ndarray"):
@@ -793,27 +796,24 @@ class _MemmapUnpickler(Unpickler):
 
 
 def _rebuild_memmap(
-    filename: str, mode: str, buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str
+    file: BinaryIO, mode: str, buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str
 ) -> np.ndarray:
+    """Rebuild an array of the store as a ``numpy.memmap`` of the open ``file`` (the one being
+    loaded, even if a writer has since renamed another over its name) when its buffer is
+    memory-mapped (a raw buffer), else as the plain array."""
     array = rebuild_ndarray(buffer, dtype, shape, order)  # validates the arguments
     mapping = _mapping_of(array)
     if mapping is None or not array.size:
         return array  # not mapped (a compressed buffer) or empty
-    if isinstance(mapping, np.memmap):
-        start, mapping = np.asarray(mapping).ctypes.data - mapping.offset, mapping._mmap
-    else:
-        start = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
-    result = array.view(np.memmap)
-    result._mmap, result.filename, result.mode = mapping, filename, mode
-    result.offset = array.ctypes.data - start
-    return result
+    offset = array.ctypes.data - np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+    return np.memmap(file, array.dtype, mode, offset, array.shape, order)
 
 
-def _mapping_of(array: np.ndarray) -> Any:
-    """Return the ``mmap.mmap`` (or ``numpy.memmap``) that ``array``'s memory belongs to."""
+def _mapping_of(array: np.ndarray) -> mmap.mmap | None:
+    """Return the map of the whole file that ``array``'s memory belongs to, if any."""
     base: Any = array
     while base is not None:
-        if isinstance(base, (mmap.mmap, np.memmap)):
+        if isinstance(base, mmap.mmap):
             return base
         base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
     return None
@@ -838,39 +838,11 @@ def _print_loading(
 # --------------------------------------------------------------------------------------------
 # Registration
 
-_LOCK = threading.Lock()
 
-
-def register() -> bool:
+def register() -> None:
     """Register the ``"blosc"`` compressor and the ``"blpickle"`` store backend with joblib.
 
-    Idempotent. A ``"blosc"`` compressor registered by someone else is left in place (with a
-    :class:`blpickle.BlpickleWarning`). Returns True when blpickle's compressor is registered.
+    Idempotent; another compressor or store backend registered under these names is replaced.
     """
-    from joblib import compressor as joblib_compressor
-    from joblib import memory as joblib_memory
-
-    with _LOCK:
-        backends = getattr(joblib_memory, "_STORE_BACKENDS", {})
-        if not _is_ours(backends.get(BACKEND_NAME), BlpickleStoreBackend):
-            joblib.register_store_backend(BACKEND_NAME, BlpickleStoreBackend)
-        existing = getattr(joblib_compressor, "_COMPRESSORS", {}).get(NAME)
-        if existing is None:
-            joblib.register_compressor(NAME, BloscCompressorWrapper())
-        elif not _is_ours(type(existing), BloscCompressorWrapper):
-            warnings.warn(
-                f"joblib already has a compressor named {NAME!r} ({type(existing).__qualname__}); "
-                "blpickle's was not registered",
-                BlpickleWarning,
-                stacklevel=2,
-            )
-            return False
-    return True
-
-
-def _is_ours(cls: Any, ours: type) -> bool:
-    """True for ``ours``, also as defined by an earlier import of this module (a reload)."""
-    return isinstance(cls, type) and cls.__module__ == ours.__module__ and cls.__qualname__ == ours.__qualname__
-
-
-register()
+    joblib.register_compressor(NAME, BloscCompressorWrapper(), force=True)
+    joblib.register_store_backend(BACKEND_NAME, BlpickleStoreBackend)

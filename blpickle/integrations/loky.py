@@ -39,7 +39,7 @@ import cloudpickle
 import numpy as np
 
 from ..errors import CorruptError
-from . import _wire, register_joblib
+from . import _host_internals, _wire
 from ._wire import WireOptions, wire_options
 
 __all__ = ["ENV_OPTIONS", "NAME", "Pickler", "configure", "disable", "enable"]
@@ -112,16 +112,12 @@ def disable() -> None:
 def _joblib_aware(reducer: Callable[[Any], Any], ours: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Wrap joblib's array reducer so that blpickle takes the arrays joblib would pickle, and
     joblib keeps those it memory-maps."""
-    module = sys.modules.get("joblib._memmapping_reducer")
-    if module is None:
+    joblib = _host_internals.joblib_memmapping()
+    if joblib is None:
         return reducer
-    forward = getattr(module, "ArrayMemmapForwardReducer", None)
-    backward = getattr(module, "reduce_array_memmap_backward", None)
-    backing = getattr(module, "_get_backing_memmap", None)
-    if backing is None:
-        return reducer
-    if forward is not None and isinstance(reducer, forward):
-        max_nbytes = getattr(reducer, "_max_nbytes", None)
+    backing = joblib.backing_memmap
+    if isinstance(reducer, joblib.forward):
+        max_nbytes = joblib.max_nbytes(reducer)
 
         def reduce_forward(array: np.ndarray) -> Any:
             if isinstance(backing(array), np.memmap):
@@ -131,12 +127,11 @@ def _joblib_aware(reducer: Callable[[Any], Any], ours: Callable[[Any], Any]) -> 
             return ours(array)
 
         return reduce_forward
-    if backward is not None and reducer is backward:
-        joblib_mmaps = getattr(module, "JOBLIB_MMAPS", set())
+    if reducer is joblib.backward:
 
         def reduce_backward(array: np.ndarray) -> Any:
             mapped = backing(array)
-            if isinstance(mapped, np.memmap) and mapped.filename not in joblib_mmaps:
+            if isinstance(mapped, np.memmap) and mapped.filename not in joblib.temporary_files:
                 return reducer(array)  # a memmap of the user's: a reference
             return ours(array)
 
@@ -154,7 +149,6 @@ class Pickler(cloudpickle.Pickler):
     """
 
     def __init__(self, file: Any, protocol: int | None = None, *args: Any, **kwargs: Any) -> None:
-        register_joblib()  # joblib may have been importing blpickle when it was imported
         self._bl_file = file
         self._bl_wire = _WIRE
         self._bl_graph = io.BytesIO()
@@ -229,7 +223,6 @@ def _write_envelope(file: Any, graph: memoryview, buffers: list[_wire.Buffer], w
 
 def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
     """Rebuild the object of an envelope (called by ``pickle.loads``)."""
-    register_joblib()  # joblib may have been importing blpickle when it was imported
     version, count = _HEAD.unpack_from(head)
     if version != _VERSION:
         raise CorruptError(

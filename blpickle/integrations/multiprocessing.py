@@ -20,7 +20,7 @@ Why a context rather than ``ctx.reducer = ...``: ``multiprocessing`` binds its p
 ``connection`` and ``queues`` when they are imported, and pickles everything into one bytes
 object before writing it. A :class:`BlpickleContext` instead hands out its own
 :class:`Connection` (``send``/``recv`` overridden), and queues built on it; nothing global
-changes (beyond telling ``ForkingPickler`` how that Connection class pickles).
+changes.
 ``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from the standard
 ``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in place when
 the executor passes it to its first worker, so arguments travel with blpickle too.
@@ -31,7 +31,8 @@ Unix only (``os.writev``/``os.readv`` on the pipe's file descriptor).
 from __future__ import annotations
 
 import collections
-import concurrent.futures.process as _cfp
+import copyreg
+import io
 import multiprocessing
 import os
 import pickle
@@ -49,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptError
-from . import _wire
+from . import _host_internals, _wire
 from ._wire import WireOptions, wire_options
 
 __all__ = [
@@ -185,7 +186,7 @@ class Connection(_connection.Connection):
     def _encode(self, obj: Any) -> _Message:
         """Pickle ``obj`` and decide how each buffer travels; nothing is written yet, so a
         pickling error leaves the connection usable."""
-        graph, buffers = _wire.pickle_graph(obj, self._wire, _reduction.ForkingPickler._extra_reducers)
+        graph, buffers = _wire.pickle_graph(obj, self._wire, _forking_reducers())
         _wire.plan(buffers, self._wire)
         head = [_HEAD.pack(_MAGIC, _VERSION, 0, 0, len(buffers))]
         head.extend(_DESC.pack(buffer.nbytes, buffer.chunk_size) for buffer in buffers)
@@ -248,17 +249,20 @@ class Connection(_connection.Connection):
         _wire.decompress_into(out, chunk_size, chunks(), self._wire.options.threads)
         return out
 
-
-def _reduce_connection(conn: Connection) -> Any:
-    df = _reduction.DupFd(conn.fileno())
-    return _rebuild_connection, (df, conn.readable, conn.writable, conn.options)
+    def __reduce__(self) -> Any:
+        """Pickled for a child process (with multiprocessing's pickler, as a process argument or
+        through a queue), the connection arrives as a duplicate of its file descriptor."""
+        return _rebuild_connection, (_reduction.DupFd(self.fileno()), self.readable, self.writable, self._wire)
 
 
 def _rebuild_connection(df: Any, readable: bool, writable: bool, options: WireOptions) -> Connection:
     return Connection(df.detach(), readable, writable, options=options)
 
 
-_reduction.register(Connection, _reduce_connection)
+def _forking_reducers() -> dict[Any, Any]:
+    """The reducers multiprocessing's pickler adds to copyreg's (connections, sockets, ...)."""
+    table = _reduction.ForkingPickler(io.BytesIO()).dispatch_table
+    return {cls: reducer for cls, reducer in table.items() if copyreg.dispatch_table.get(cls) is not reducer}
 
 
 def Pipe(duplex: bool = True, *, options: WireOptions | None = None) -> tuple[Connection, Connection]:
@@ -287,7 +291,10 @@ def _feeder_sender(writer: Connection, pending: collections.deque, sem: Any, one
     object itself, which is what ``concurrent.futures`` needs to fail the right future).
     """
 
-    def send(_placeholder: Any) -> None:
+    def send(placeholder: memoryview) -> None:
+        # Released at once: a pickling error's traceback keeps this frame, and a buffer still
+        # exported when the garbage collector finalises its BytesIO makes close() fail.
+        placeholder.release()
         obj = pending.popleft()
         try:
             message = writer._encode(obj)
@@ -422,7 +429,7 @@ class SimpleQueue(_queues.SimpleQueue):
                 self._writer._transmit(message)
 
 
-class _SafeQueue(_QueueMixin, _cfp._SafeQueue):
+class _CallQueue(_QueueMixin, _host_internals.CallQueue):
     """What a ``concurrent.futures`` call queue becomes in a blpickle context."""
 
 
@@ -433,12 +440,9 @@ def _upgrade_call_queue(queue: Any, options: WireOptions) -> None:
     when the executor starts its first worker) is changed; anything else is left alone and
     keeps working with standard pickling.
     """
-    if type(queue) is not _cfp._SafeQueue or queue._thread is not None or queue._buffer:
-        return
-    if queue._reader.poll():
-        return
-    queue.__class__ = _SafeQueue
-    queue._use_pipe(options)
+    if _host_internals.is_unused_call_queue(queue):
+        _host_internals.give_call_queue_class(queue, _CallQueue)
+        queue._use_pipe(options)
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -457,7 +461,7 @@ class _CloudTarget:
         state = dict(self.__dict__)
         call = (state.pop("_target", None), state.pop("_args", ()), state.pop("_kwargs", {}))
         options = WireOptions(options=_wire.TRANSFER_DEFAULTS)
-        graph, _ = _wire.pickle_graph(call, options, _reduction.ForkingPickler._extra_reducers, out_of_band=False)
+        graph, _ = _wire.pickle_graph(call, options, _forking_reducers(), out_of_band=False)
         state["_blpickle_call"] = bytes(graph)
         return state
 

@@ -1,0 +1,90 @@
+"""The private names of joblib and concurrent.futures that blpickle relies on still hold.
+
+Each test fails by name when a joblib or Python release changes what
+``blpickle/integrations/_host_internals.py`` assumes; the integration tests then fail too, but
+less clearly.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib
+import multiprocessing
+import threading
+
+import numpy as np
+
+from blpickle.integrations import _host_internals
+
+
+def test_joblib_file_system_store_is_a_store_backend_with_the_methods_blpickle_overrides(tmp_path):
+    store, cache_warning = _host_internals.joblib_store_classes()
+    assert issubclass(cache_warning, Warning)
+    backend = store()
+    backend.configure(str(tmp_path), verbose=0, backend_options={"compress": False})
+    for name in ("configure", "dump_item", "load_item", "_item_exists", "create_location"):
+        assert callable(getattr(backend, name)), name
+    assert backend.compress is False
+    assert backend.mmap_mode is None
+    assert backend.location == str(tmp_path)
+
+
+def test_joblib_memmapping_reducers(tmp_path):
+    importlib.import_module("joblib._memmapping_reducer")  # as joblib.Parallel does
+
+    found = _host_internals.joblib_memmapping()
+    assert found is not None
+    reducer = found.forward(
+        max_nbytes=123, temp_folder_resolver=lambda: str(tmp_path), mmap_mode="r", unlink_on_gc_collect=False
+    )
+    assert found.max_nbytes(reducer) == 123
+    assert isinstance(found.temporary_files, set)
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(10))
+    mapped = np.load(path, mmap_mode="r")
+    assert isinstance(found.backing_memmap(mapped[2:]), np.memmap)
+    assert found.backing_memmap(np.arange(3)) is None
+    assert callable(found.backward)
+
+
+def test_process_pool_executor_builds_its_call_queue_from_the_call_queue_class():
+    with concurrent.futures.ProcessPoolExecutor(1) as executor:
+        assert type(executor._call_queue) is _host_internals.CallQueue
+        assert executor.submit(abs, -1).result(timeout=60) == 1
+
+
+def test_an_unused_call_queue_is_recognised_and_can_change_class():
+    queue = _host_internals.CallQueue(
+        1,
+        ctx=multiprocessing.get_context("fork"),
+        pending_work_items={},
+        shutdown_lock=threading.Lock(),
+        thread_wakeup=None,
+    )
+    assert _host_internals.is_unused_call_queue(queue)
+
+    class Marked(_host_internals.CallQueue):
+        pass
+
+    _host_internals.give_call_queue_class(queue, Marked)
+    assert type(queue) is Marked
+    assert not _host_internals.is_unused_call_queue(queue)  # no longer exactly the standard class
+    queue.put(1)
+    assert queue.get(timeout=60) == 1
+    queue.close()
+    queue.join_thread()
+
+
+def test_a_used_call_queue_is_left_alone():
+    queue = _host_internals.CallQueue(
+        1,
+        ctx=multiprocessing.get_context("fork"),
+        pending_work_items={},
+        shutdown_lock=threading.Lock(),
+        thread_wakeup=None,
+    )
+    queue.put(1)
+    assert not _host_internals.is_unused_call_queue(queue)
+    assert queue.get(timeout=60) == 1
+    queue.close()
+    queue.join_thread()
