@@ -3,7 +3,7 @@
 The blocks of one page run in order, as a reader pastes them one after the other, in an empty
 directory holding only the files the page says its reader already has (``GIVEN``): Python
 blocks in one namespace, and the ``blpickle ...`` lines of shell blocks through the command line
-(the other shell lines install things, which is CI's own job). A block that is not meant to run
+(the other shell lines install things or run the benchmarks: the jobs of CI and bench/). A block that is not meant to run
 says so in its fence, with the reason: ``python {test="skip" reason="..."}``.
 """
 
@@ -15,6 +15,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,8 +27,9 @@ import blpickle
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
-#: A fenced block at the left margin: its language, its options (``{test="skip" ...}``), its text.
-_BLOCK = re.compile(r"^```(\w+)[ \t]*(\{[^}\n]*\})?[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
+#: A fenced block (indented in a list, or not): its indent, language, options
+#: (``{test="skip" ...}``) and text.
+_BLOCK = re.compile(r"^([ \t]*)```(\w+)[ \t]*(\{[^}\n]*\})?[ \t]*\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
 _OPTION = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -47,8 +49,9 @@ def blocks(page: Path) -> list[Block]:
     source = page.read_text()
     found = []
     for match in _BLOCK.finditer(source):
-        language, options, text = match.group(1), dict(_OPTION.findall(match.group(2) or "")), match.group(3)
-        line = source.count("\n", 0, match.start(3)) + 1
+        language, options = match.group(2), dict(_OPTION.findall(match.group(3) or ""))
+        text = textwrap.dedent(match.group(4))
+        line = source.count("\n", 0, match.start(4)) + 1
         if options.get("test") == "skip":
             assert options.get("reason"), f"{page.name}:{line}: a block marked test=skip states its reason"
             continue
@@ -64,7 +67,7 @@ def _shell_commands(block: Block) -> list[list[str]]:
 
 def _run(block: Block, namespace: dict) -> None:
     """Run one block as a reader would: Python in the page's namespace, shell lines of the
-    ``blpickle`` command through the command line (other shell lines install things: CI's job)."""
+    ``blpickle`` command through the command line."""
     if block.language in ("python", "py"):
         # blank lines first, so that a traceback gives the block's line number in the page
         exec(compile("\n" * (block.line - 1) + block.text, str(block.page), "exec"), namespace)
