@@ -49,6 +49,9 @@ MAX_TRAILER_SIZE = 64 << 20
 MAX_STREAMS = 1 << 22
 MAX_STREAM_SIZE = 1 << 62
 MAX_CHUNK_SIZE = 1 << 30
+#: The pickle stream decompresses to at most this many times its stored size (its chunks,
+#: 256 KiB of opcodes each, are never under 32 bytes): a reader refuses more before allocating.
+MAX_GRAPH_RATIO = 1 << 16
 MAX_NDIM = 64
 _MASK64 = (1 << 64) - 1
 

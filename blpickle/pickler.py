@@ -32,7 +32,6 @@ from .options import Options, resolve_options
 from .safe import Policy
 from .stream import (
     FileSource,
-    MappedFileSource,
     MemorySource,
     PackedStream,
     PickleFile,
@@ -356,24 +355,18 @@ class Unpickler(pickle.Unpickler):
         return self._unpickle(_rewind(self._file, head), self._buffers)
 
     def _load_record(self, magic: bytes) -> Any:
-        """Load the record whose magic was just read, from a memory map of the file if it is
-        a regular file (then leave the file just after the record), else by reading it."""
-        mapped = map_file(self._file, self._mmap_mode)
+        """Load the record whose magic was just read, by reading the file, or with
+        ``mmap_mode`` from a memory map of it if it is a plain file (then leave the file just
+        after the record)."""
+        mapped = None if self._mmap_mode is None else map_file(self._file, self._mmap_mode)
         if mapped is None:
             return self._load_from(FileSource(self._file, pos=len(magic)), magic)
         start = self._file.tell() - len(magic)
-        if self._mmap_mode is None:
-            source: MemorySource = MappedFileSource(mapped, len(magic), start)
-        else:
-            source = MemorySource(mapped, len(magic), offset=start, mapped=True)
+        source = MemorySource(mapped, len(magic), offset=start, mapped=True)
         try:
             return self._load_from(source, magic)
         finally:
             self._file.seek(start + source.pos)
-            if self._mmap_mode is None:  # nothing loaded refers to the map: close it now
-                source.release()
-                with contextlib.suppress(BufferError):
-                    mapped.close()
 
     def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
         """Run the C unpickler on ``file`` with a fresh state, keeping this object's overrides
@@ -391,9 +384,6 @@ class Unpickler(pickle.Unpickler):
         # decompression; the unpickler reads an unframed one an opcode at a time: from memory.
         framed = header.protocol >= 4
         graph = PickleFile(reader.read_chunks(), reader) if framed else io.BytesIO(reader.read_stream())
-        if self._key is not None:  # check the signature before unpickling anything
-            reader.preload()
-            reader.finish()
         buffers: Iterable[Any] = reader.buffers()
         if header.external:
             if self._buffers is None:
@@ -408,8 +398,7 @@ class Unpickler(pickle.Unpickler):
             if isinstance(exc, BlpickleError):
                 raise
             raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
-        if self._key is None:
-            reader.finish()
+        reader.finish()
         return obj
 
 
