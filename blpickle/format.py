@@ -254,6 +254,11 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec)
 
 
+#: Every key a trailer of this version holds.
+_TRAILER_KEYS = {"offsets", "csizes", "checksums", "signature"}
+_HEX_DIGITS = set("0123456789abcdef")
+
+
 @dataclasses.dataclass
 class FrameIndex:
     """The trailer: where each frame of the record is and its checksum."""
@@ -279,13 +284,17 @@ class FrameIndex:
         return msgpack.packb(doc)
 
     @classmethod
-    def decode(cls, data: bytes, nframes: int) -> FrameIndex:
-        """Decode a trailer that must list ``nframes`` frames.
+    def decode(cls, data: bytes, nframes: int, *, authenticated: bool = False) -> FrameIndex:
+        """Decode a trailer that must list ``nframes`` frames. With ``authenticated`` (its
+        signature is checked), refuse keys of any other meaning: the signature covers none.
 
         Raises:
             CorruptError: for anything that is not a valid trailer.
         """
         doc = _unpack(data, "trailer")
+        unknown = sorted(set(doc) - _TRAILER_KEYS)
+        if authenticated and unknown:
+            raise CorruptError(f"trailer: keys outside the signature in a signed record: {unknown}")
         lists = [_get(doc, key, list, "trailer") for key in ("offsets", "csizes", "checksums")]
         for key, values in zip(("offsets", "csizes", "checksums"), lists, strict=True):
             if len(values) != nframes:
@@ -293,8 +302,8 @@ class FrameIndex:
             if any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MASK64 for v in values):
                 raise CorruptError(f"trailer: '{key}' must list 64-bit unsigned integers")
         signed = doc.get("signature")
-        if signed is not None and (not isinstance(signed, str) or len(signed) != 64):
-            raise CorruptError("trailer: 'signature' must be 64 hex digits")
+        if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or set(signed) - _HEX_DIGITS):
+            raise CorruptError("trailer: 'signature' must be 64 lowercase hex digits")
         return cls(*lists, signature=signed)
 
 

@@ -711,7 +711,7 @@ class RecordReader:
             raise ChecksumError("the trailer", offset, stored, computed)
         if footer_size != size or end_magic != fmt.END_MAGIC:
             raise CorruptError(f"the footer at offset {source.pos - fmt.FOOTER.size} does not match the trailer")
-        index = fmt.FrameIndex.decode(trailer, len(self.index))
+        index = fmt.FrameIndex.decode(trailer, len(self.index), authenticated=self._key is not None)
         if (index.offsets, index.csizes, index.checksums) != (
             self.index.offsets,
             self.index.csizes,
