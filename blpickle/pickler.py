@@ -8,7 +8,6 @@ does not start with blpickle's magic is read as plain pickle data.
 
 from __future__ import annotations
 
-import contextlib
 import copyreg
 import functools
 import io

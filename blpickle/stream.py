@@ -47,8 +47,8 @@ __all__ = [
     "RecordReader",
     "Source",
     "map_file",
-    "plain_fileno",
     "map_ordered",
+    "plain_fileno",
     "unpack_chunk",
     "write_record",
 ]
@@ -780,8 +780,8 @@ class RecordReader:
             )
         out = _allocate(info.nbytes, 0)
         view = memoryview(out)
-        spans = info.chunk_spans()
-        return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in zip(frames, spans)]
+        spans = zip(frames, info.chunk_spans(), strict=True)
+        return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in spans]
 
     def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray | None) -> Iterator[tuple]:
         source = self._source

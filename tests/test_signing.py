@@ -7,18 +7,15 @@ import hashlib
 import hmac
 import os
 import struct
-import tracemalloc
 
-import blosc2
 import msgpack
 import numpy as np
 import pytest
+from bombs import bomb, peak_allocated
 from golden.objects import GOLDEN_FILES
-from records import join, split
 from test_golden import GOLDEN_DIR
 
 import blpickle
-from blpickle import format as fmt
 
 KEY = b"k" * 32
 
@@ -70,40 +67,6 @@ def test_the_golden_signed_record_verifies_from_the_spec():
     assert not verify_from_spec(data, KEY)
 
 
-def _zeros_chunk(nbytes: int) -> bytes:
-    """A 32-byte Blosc2 chunk that decompresses to ``nbytes`` zeros."""
-    chunk = bytearray(blosc2.compress2(bytes(1 << 20)))
-    assert len(chunk) == 32
-    struct.pack_into("<ii", chunk, 4, nbytes, min(nbytes, 1 << 20))  # nbytes, blocksize
-    return bytes(chunk)
-
-
-def bomb(stream: int, *, key: bytes | None = None, nchunks: int = 6, chunk: int = 64 << 20) -> bytes:
-    """A record of a few hundred bytes whose stream ``stream`` (0: the pickle, 1: a buffer)
-    declares ``nchunks`` chunks of ``chunk`` zeros, each stored in 32 bytes, with every
-    checksum right; with a ``key``, signed-looking with a made-up signature."""
-    parts = split(blpickle.dumps([np.ones(100_000, "u1")], key=key, codec="lz4"))
-    streams = parts.header["streams"]
-    first = sum(-(-s["nbytes"] // s["chunk_size"]) for s in streams[:stream])
-    count = -(-streams[stream]["nbytes"] // streams[stream]["chunk_size"])
-    streams[stream].update(nbytes=nchunks * chunk, chunk_size=chunk)
-    parts.payloads[first : first + count] = [_zeros_chunk(chunk)] * nchunks
-    parts.raw[first : first + count] = [False] * nchunks
-    if key is not None:
-        parts.trailer["signature"] = "0" * 64
-    return join(parts)
-
-
-def _peak_while(call) -> int:
-    tracemalloc.start()
-    try:
-        call()
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return peak
-
-
 @pytest.mark.parametrize("stream", [0, 1])
 def test_forged_signed_records_are_refused_before_anything_is_decompressed(stream):
     data = bomb(stream, key=KEY)
@@ -117,4 +80,4 @@ def test_forged_signed_records_are_refused_before_anything_is_decompressed(strea
             with pytest.raises(blpickle.SignatureError):
                 call()
 
-        assert _peak_while(refused) < 4 << 20
+        assert peak_allocated(refused) < 4 << 20
