@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from bombs import bomb, peak_allocated
 from golden.objects import GOLDEN_FILES
+from records import join, split
 from test_golden import GOLDEN_DIR
 
 import blpickle
@@ -81,3 +82,15 @@ def test_forged_signed_records_are_refused_before_anything_is_decompressed(strea
                 call()
 
         assert peak_allocated(refused) < 4 << 20
+
+
+def test_a_signed_load_refuses_what_the_signature_does_not_cover():
+    parts = split(blpickle.dumps([np.arange(100_000)], key=KEY))
+    data = join(parts, dict(parts.trailer, note="added later"))
+    assert blpickle.loads(data)[0][-1] == 99_999  # without a key: ignored, as readers ignore unknown keys
+    with pytest.raises(blpickle.CorruptError, match="outside the signature"):
+        blpickle.loads(data, key=KEY)
+    for signature in ("é" * 64, "A" * 64, 7):
+        parts.trailer["signature"] = signature
+        with pytest.raises(blpickle.CorruptError, match="signature"):
+            blpickle.loads(join(parts), key=KEY)
