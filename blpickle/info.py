@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 from . import format as fmt
 from .errors import CorruptError
-from .files import is_path
+from .files import expand, is_path, naming_errors
 from .options import available_threads
 from .stream import FileSource, MemorySource, RecordReader, Source
 
@@ -137,7 +137,9 @@ def inspect(
 
 def _open(file: Any, stack: ExitStack) -> Source:
     if is_path(file):
-        file = stack.enter_context(open(file, "rb"))  # noqa: SIM115 - closed by the caller's stack
+        path = expand(file)
+        stack.enter_context(naming_errors(path))
+        file = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the caller's stack
     return FileSource(file) if hasattr(file, "read") else MemorySource(file)
 
 

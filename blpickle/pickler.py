@@ -26,7 +26,7 @@ from . import format as fmt
 from .arrays import reduce_ndarray
 from .buffers import Payload
 from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, OptionsError, SignatureError, TruncatedError
-from .files import atomic_write, is_path
+from .files import atomic_write, expand, is_path, naming_errors
 from .options import Options, resolve_options
 from .safe import Policy
 from .stream import (
@@ -286,8 +286,11 @@ class Unpickler(pickle.Unpickler):
             that view a memory map of the file, read-only ("r"), read-write ("r+") or
             copy-on-write ("c"), as ``numpy.load`` does, instead of reading them. Mapped
             buffers are not checksummed on load (data changed through "r+" no longer matches
-            its checksum: a later load without mmap_mode raises ChecksumError). Compressed
-            buffers, and files that cannot be mapped, are read as usual.
+            its checksum: a later load without mmap_mode raises ChecksumError); the object
+            graph is always read and checked. As with ``numpy.memmap``, if another program
+            truncates the file while arrays map it, touching them kills the process (SIGBUS).
+            Compressed buffers, and files that are not plain files on disk, are read as
+            usual.
         nthreads: decompression threads (default: every available CPU).
         safe: import no global but builtin containers and scalars and numpy arrays, dtypes
             and scalars (:data:`blpickle.safe.SAFE_GLOBALS`); anything else raises
@@ -295,8 +298,9 @@ class Unpickler(pickle.Unpickler):
         allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
             ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
         key: the key the record was signed with: the whole record is read and its
-            signature checked before anything is unpickled; unsigned or altered records
-            raise :class:`blpickle.SignatureError`. Plain pickle data is refused.
+            signature checked before anything is decompressed or unpickled; unsigned or
+            altered records raise :class:`blpickle.SignatureError`. Plain pickle data is
+            refused.
     """
 
     def find_class(self, module: str, name: str) -> Any:
@@ -475,9 +479,12 @@ def dump(
     key: bytes | None = None,
     **options: Any,
 ) -> None:
-    """Write ``obj`` to ``file`` (a binary file object or a path) as a blpickle record.
+    """Write ``obj`` to ``file`` (a binary file object or a path, ``~`` expanded) as a
+    blpickle record.
 
-    Writing to a path is atomic: the file is replaced only once the record is complete.
+    Writing to a path is atomic: a regular file is replaced only once the record is complete
+    and on the device; FIFOs and devices are written in place (see
+    :func:`blpickle.files.atomic_write`).
     ``options`` are :class:`blpickle.Options` fields (``codec=``, ``clevel=``, ``shuffle=``,
     ``bytedelta=``, ``chunk_size=``, ``nthreads=``, ``pickler=``) or ``preset=``. With
     ``key`` (bytes) the record is signed: ``load(..., key=key)`` checks it.
@@ -524,7 +531,7 @@ def load(
     allowed: Iterable[str | Any] = (),
     key: bytes | None = None,
 ) -> Any:
-    """Read one object from ``file`` (a binary file object or a path).
+    """Read one object from ``file`` (a binary file object or a path, ``~`` expanded).
 
     Reads blpickle records and plain pickle data. See :class:`Unpickler` for ``mmap_mode``,
     ``nthreads``, ``safe``, ``allowed`` and ``key``.
@@ -534,7 +541,9 @@ def load(
     """
     with ExitStack() as stack:
         if is_path(file):
-            file = stack.enter_context(open(file, "r+b" if mmap_mode == "r+" else "rb"))
+            path = expand(file)
+            stack.enter_context(naming_errors(path))
+            file = stack.enter_context(open(path, "r+b" if mmap_mode == "r+" else "rb"))
         unpickler = Unpickler(
             file,
             fix_imports=fix_imports,
