@@ -644,9 +644,9 @@ class RecordReader:
         return out
 
     def read_chunks(self) -> Iterator[memoryview]:
-        """Read the pickle stream's frames (call it first) and start decompressing all but the first in the
-        pool; return an iterator over its decompressed chunks, in order, so that unpickling
-        can start with the first chunk while the others decompress. The first one is
+        """Read the pickle stream's frames (call it first) and start decompressing all but
+        the first in the pool; return an iterator over its decompressed chunks, in order, so
+        that unpickling can start with the first chunk while the others decompress. The first one is
         decompressed by the iterator itself (its caller would only wait for the pool). (A raw
         pickle stream comes whole, as from :meth:`read_stream`.)
 
@@ -655,7 +655,7 @@ class RecordReader:
             damaged chunk: when the iterator reaches it).
         """
         info = self.header.streams[0]
-        if self._next_stream or info.raw:
+        if info.raw:
             return iter([memoryview(self.read_stream()).cast("B")])
         self._next()
         _, chunks = self._read_graph(info)
