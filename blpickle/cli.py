@@ -32,7 +32,7 @@ from ._cli_formats import (
     sniff,
     write_object,
 )
-from .errors import BlpickleError, LoadError, SignatureError, UnsafeLoadError
+from .errors import BlpickleError, LoadError, SignatureError, UnsafeLoadError, add_note
 from .info import RecordInfo, inspect
 from .options import PRESETS, Options
 
@@ -261,7 +261,7 @@ def read_records(path: str, key: bytes | None = None) -> tuple[list[RecordInfo],
                 records.append(inspect(file, key=key))
             except LoadError as exc:
                 if records:
-                    exc.add_note(f"(in record {len(records) + 1} of the file; the records before it are intact)")
+                    add_note(exc, f"(in record {len(records) + 1} of the file; the records before it are intact)")
                 raise
             position = file.tell()
             if position >= size:

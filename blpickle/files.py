@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from .errors import BlpickleError
+from .errors import BlpickleError, add_note
 
 try:
     import fcntl
@@ -49,7 +49,7 @@ def naming_errors(path: str) -> Iterator[None]:
             exc.filename2 = None
         raise
     except BlpickleError as exc:
-        exc.add_note(f"file: {path}")
+        add_note(exc, f"file: {path}")
         raise
 
 
