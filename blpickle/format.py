@@ -10,9 +10,13 @@ frames lives in :mod:`blpickle.stream`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
+import io
+import itertools
+import operator
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,7 +24,7 @@ from typing import Any
 import msgpack
 import xxhash
 
-from .errors import BadMagicError, CorruptError, LimitError, UnsupportedVersionError
+from .errors import BadMagicError, CorruptError, LimitError, LoadError, UnsupportedVersionError
 
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
@@ -53,6 +57,15 @@ MAX_CHUNK_SIZE = 1 << 30
 #: 256 KiB of opcodes each, are never under 32 bytes): a reader refuses more before allocating.
 MAX_GRAPH_RATIO = 1 << 16
 MAX_NDIM = 64
+#: How a header may be built besides its size (docs/format.md, "Limits"): at most this many
+#: keys in the header map, ...
+MAX_HEADER_KEYS = 64
+#: ... at most this many items in any map or array of ``options`` or of a stream map, ...
+MAX_ITEMS = MAX_NDIM
+#: ... and at most this many maps and arrays in ``options`` or in one stream map, itself
+#: included. Decoding a header of n bytes then allocates at most HEADER_COST * n + 1 MiB.
+MAX_CONTAINERS = 16
+HEADER_COST = 16
 _MASK64 = (1 << 64) - 1
 
 
@@ -193,30 +206,38 @@ class Header:
 
     @classmethod
     def decode(cls, data: bytes) -> Header:
-        """Decode and validate a header.
+        """Decode and validate a header, allocating at most a few times its size (see
+        :class:`_Reader`).
 
         Raises:
             CorruptError: for anything that is not a valid header.
             LimitError: for sizes over the limits.
         """
-        doc = _unpack(data, "header")
+        reader = _Reader(data, "header")
+        doc: dict[str, Any] = {}
+        for _ in range(reader.map_header("header", MAX_HEADER_KEYS)):
+            key = reader.key("header")
+            if key in doc:
+                raise CorruptError(f"header: key {key!r} appears twice")
+            if key == "streams":
+                doc[key] = reader.streams()
+            elif key == "external":
+                doc[key] = reader.external()
+            elif key in ("options", "protocol"):
+                doc[key] = reader.value(f"header field {key!r}", containers=MAX_CONTAINERS, items=MAX_ITEMS)
+            else:
+                reader.skip("header")
+        reader.end()
         options = _get(doc, "options", dict, "header")
         protocol = _get(doc, "protocol", int, "header")
         if not 0 <= protocol <= 5:
             raise CorruptError(f"header: pickle protocol {protocol} is not 0 to 5")
-        streams = _get(doc, "streams", list, "header")
-        if not 1 <= len(streams) <= MAX_STREAMS:
-            raise LimitError(f"header: {len(streams)} streams, expected 1 to {MAX_STREAMS}")
-        external = _get(doc, "external", list, "header")
-        if any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in external):
-            raise CorruptError("header: 'external' must list non-negative integers")
-        if sorted(set(external)) != external:
-            raise CorruptError("header: 'external' must be sorted and without repeats")
-        decoded = tuple(_decode_stream(s, i) for i, s in enumerate(streams))
-        splices = [s.splice for s in decoded[1:] if s.splice is not None]
-        if decoded[0].splice is not None or splices != sorted(splices) or any(p > decoded[0].nbytes for p in splices):
+        streams = _get(doc, "streams", tuple, "header")
+        external = _get(doc, "external", tuple, "header")
+        splices = [s.splice for s in streams[1:] if s.splice is not None]
+        if streams[0].splice is not None or splices != sorted(splices) or any(p > streams[0].nbytes for p in splices):
             raise CorruptError("header: splice offsets must be ascending and within the pickle stream")
-        return cls(options, protocol, decoded, tuple(external))
+        return cls(options, protocol, streams, external)
 
 
 def _decode_stream(doc: Any, index: int) -> StreamInfo:
@@ -237,14 +258,10 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     if dtype is not None and not isinstance(dtype, str):
         raise CorruptError(f"{where}: dtype must be a string")
     shape = doc.get("shape")
-    if shape is not None:
-        if (
-            not isinstance(shape, list)
-            or len(shape) > MAX_NDIM
-            or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in shape)
-        ):
-            raise CorruptError(f"{where}: shape must be a list of at most {MAX_NDIM} sizes")
-        shape = tuple(shape)
+    if shape is not None and (
+        not isinstance(shape, tuple) or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in shape)
+    ):
+        raise CorruptError(f"{where}: shape must be a list of at most {MAX_NDIM} sizes")
     splice = doc.get("splice")
     if splice is not None and (not isinstance(splice, int) or isinstance(splice, bool) or splice < 0):
         raise CorruptError(f"{where}: splice must be a non-negative offset")
@@ -310,6 +327,121 @@ class FrameIndex:
 def total_frames(streams: Sequence[StreamInfo]) -> int:
     """Return the number of frames a record with these streams holds."""
     return sum(s.nchunks for s in streams)
+
+
+#: msgpack array 16 and array 32: the size of their headers.
+_ARRAY_HEADERS = {0xDC: 3, 0xDD: 5}
+
+
+class _Reader:
+    """Reads a msgpack document piece by piece: its outer map and the ``streams`` array are
+    walked (each stream map is decoded and validated on its own), and each value is
+    materialised only within limits on its maps, arrays and items, so that no count it
+    declares allocates more than the bytes that hold it, a few times over."""
+
+    def __init__(self, data: bytes, what: str) -> None:
+        self._view = memoryview(data)
+        self._what = what
+        self._unpacker = msgpack.Unpacker(io.BytesIO(data), max_buffer_size=max(len(data), 1))
+
+    @contextlib.contextmanager
+    def _parsing(self, where: str) -> Iterator[None]:
+        try:
+            yield
+        except LoadError:
+            raise
+        except Exception as exc:  # msgpack raises several unrelated types for bad input
+            raise CorruptError(f"{where} is not valid msgpack within the limits: {exc}") from None
+
+    def map_header(self, where: str, limit: int) -> int:
+        with self._parsing(where):
+            count = self._unpacker.read_map_header()
+        if count > limit:
+            raise CorruptError(f"{where}: a map of {count} keys, at most {limit} allowed")
+        return count
+
+    def key(self, where: str) -> str:
+        key = self.value(f"{where} key", containers=0, items=0)
+        if not isinstance(key, str):
+            raise CorruptError(f"{where}: keys must be strings, found {type(key).__name__}")
+        return key
+
+    def streams(self) -> tuple[StreamInfo, ...]:
+        """Read the header's ``streams`` array a stream map at a time: the tuple grows only
+        with the maps that are there, whatever count the array declares."""
+        with self._parsing("header field 'streams'"):
+            count = self._unpacker.read_array_header()
+        if not 1 <= count <= MAX_STREAMS:
+            raise LimitError(f"header: {count} streams, expected 1 to {MAX_STREAMS}")
+        return tuple(
+            _decode_stream(self.value(f"header stream {i}", containers=MAX_CONTAINERS, items=MAX_ITEMS), i)
+            for i in range(count)
+        )
+
+    def external(self) -> tuple[int, ...]:
+        """Read the header's ``external`` array 65536 items at a time, each block checked
+        before the next is decoded: only integers that ascend cost memory."""
+        where = "header field 'external'"
+        with self._parsing(where):
+            start = self._unpacker.tell()
+            self._unpacker.skip()
+            data = self._view[start : self._unpacker.tell()]
+            if data[0] >> 4 == 0x9:  # fixarray
+                count, body = data[0] & 0xF, 1
+            elif data[0] in _ARRAY_HEADERS:
+                count, body = int.from_bytes(data[1 : _ARRAY_HEADERS[data[0]]], "big"), _ARRAY_HEADERS[data[0]]
+            else:
+                raise CorruptError(f"header: field 'external' must be an array, found msgpack type {data[0]:#04x}")
+            limits = dict.fromkeys(("max_str_len", "max_bin_len", "max_array_len", "max_map_len", "max_ext_len"), 0)
+            items = msgpack.Unpacker(io.BytesIO(data[body:]), **limits)
+            external: list[int] = []
+            while len(external) < count:
+                block = tuple(itertools.islice(items, min(count - len(external), 1 << 16)))
+                if (
+                    set(map(type, block)) != {int}
+                    or block[0] <= (external[-1] if external else -1)
+                    or not all(map(operator.lt, block, block[1:]))
+                ):
+                    raise CorruptError("header: 'external' must list non-negative integers, ascending without repeats")
+                external.extend(block)
+        return tuple(external)
+
+    def value(self, where: str, *, containers: int, items: int) -> Any:
+        """Decode the next value: at most ``containers`` maps and arrays (lists come as
+        tuples), each of at most ``items`` items."""
+        left = containers
+
+        def count(container: Any) -> Any:
+            nonlocal left
+            left -= 1
+            if left < 0:
+                raise CorruptError(f"{where}: more than {containers} maps and arrays")
+            return container
+
+        with self._parsing(where):
+            start = self._unpacker.tell()
+            self._unpacker.skip()
+            return msgpack.unpackb(
+                self._view[start : self._unpacker.tell()],
+                raw=False,
+                strict_map_key=True,
+                use_list=False,
+                max_array_len=items,
+                max_map_len=items,
+                max_ext_len=0,
+                object_hook=count,
+                list_hook=count,
+            )
+
+    def skip(self, where: str) -> None:
+        """Pass over the next value without decoding it (msgpack's parser allocates nothing)."""
+        with self._parsing(where):
+            self._unpacker.skip()
+
+    def end(self) -> None:
+        """Check that the document ends here."""
+        if self._unpacker.tell() != len(self._view):
+            raise CorruptError(f"{self._what}: {len(self._view) - self._unpacker.tell()} bytes after its end")
 
 
 def _unpack(data: bytes, what: str) -> dict[str, Any]:

@@ -212,11 +212,17 @@ def write_record(
     record is signed (HMAC-SHA256 of the header and of a BLAKE2b digest of every frame).
 
     Raises:
-        DumpError: when Blosc2 cannot compress a chunk.
+        DumpError: when the header is over ``MAX_HEADER_SIZE`` (nothing is written then), or
+            when Blosc2 cannot compress a chunk.
     """
     out = CountingWriter(file)
     header = _choose_codecs(header, payloads, options)
     header_bytes = header.encode()
+    if len(header_bytes) > fmt.MAX_HEADER_SIZE:
+        raise DumpError(
+            f"the record's header takes {len(header_bytes)} bytes ({len(header.streams)} streams), over the "
+            f"{fmt.MAX_HEADER_SIZE} bytes readers accept: write fewer out-of-band buffers per record"
+        )
     head = fmt.encode_preamble(len(header_bytes), 0 if key is None else fmt.FLAG_SIGNED) + header_bytes
     header_checksum = fmt.checksum(head)
     out.write(head + fmt.U64.pack(header_checksum))
