@@ -222,7 +222,7 @@ class Header:
             if key == "streams":
                 doc[key] = reader.streams()
             elif key == "external":
-                doc[key] = reader.external()
+                doc[key] = tuple(reader.integers(key, ascending=True))
             elif key in ("options", "protocol"):
                 doc[key] = reader.value(f"header field {key!r}", containers=MAX_CONTAINERS, items=MAX_ITEMS)
             else:
@@ -271,8 +271,6 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec)
 
 
-#: Every key a trailer of this version holds.
-_TRAILER_KEYS = {"offsets", "csizes", "checksums", "signature"}
 _HEX_DIGITS = set("0123456789abcdef")
 
 
@@ -302,22 +300,29 @@ class FrameIndex:
 
     @classmethod
     def decode(cls, data: bytes, nframes: int, *, authenticated: bool = False) -> FrameIndex:
-        """Decode a trailer that must list ``nframes`` frames. With ``authenticated`` (its
-        signature is checked), refuse keys of any other meaning: the signature covers none.
+        """Decode a trailer that must list ``nframes`` frames, allocating a few times its size
+        at most (see :class:`_Reader`). With ``authenticated`` (its signature is checked),
+        refuse keys of any other meaning: the signature covers none.
 
         Raises:
             CorruptError: for anything that is not a valid trailer.
         """
-        doc = _unpack(data, "trailer")
-        unknown = sorted(set(doc) - _TRAILER_KEYS)
-        if authenticated and unknown:
-            raise CorruptError(f"trailer: keys outside the signature in a signed record: {unknown}")
+        reader = _Reader(data, "trailer")
+        doc: dict[str, Any] = {}
+        for _ in range(reader.map_header("trailer", MAX_HEADER_KEYS)):
+            key = reader.key("trailer")
+            if key in doc:
+                raise CorruptError(f"trailer: key {key!r} appears twice")
+            if key in ("offsets", "csizes", "checksums"):
+                doc[key] = reader.integers(key, count=nframes)
+            elif key == "signature":
+                doc[key] = reader.value("trailer field 'signature'", containers=0, items=0)
+            elif authenticated:
+                raise CorruptError(f"trailer: key {key!r} is outside the signature in a signed record")
+            else:
+                reader.skip("trailer")
+        reader.end()
         lists = [_get(doc, key, list, "trailer") for key in ("offsets", "csizes", "checksums")]
-        for key, values in zip(("offsets", "csizes", "checksums"), lists, strict=True):
-            if len(values) != nframes:
-                raise CorruptError(f"trailer: '{key}' lists {len(values)} frames, the header implies {nframes}")
-            if any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MASK64 for v in values):
-                raise CorruptError(f"trailer: '{key}' must list 64-bit unsigned integers")
         signed = doc.get("signature")
         if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or set(signed) - _HEX_DIGITS):
             raise CorruptError("trailer: 'signature' must be 64 lowercase hex digits")
@@ -378,33 +383,39 @@ class _Reader:
             for i in range(count)
         )
 
-    def external(self) -> tuple[int, ...]:
-        """Read the header's ``external`` array 65536 items at a time, each block checked
-        before the next is decoded: only integers that ascend cost memory."""
-        where = "header field 'external'"
-        with self._parsing(where):
+    def integers(self, field: str, *, count: int | None = None, ascending: bool = False) -> list[int]:
+        """Read an array of non-negative integers (``count`` of them, if given) 65536 at a
+        time, each block checked (ascending without repeats, if asked) before the next is
+        decoded: only a valid array costs memory, a few times its size."""
+        rule = "ascending non-negative integers without repeats" if ascending else "64-bit unsigned integers"
+        with self._parsing(f"{self._what} field {field!r}"):
             start = self._unpacker.tell()
             self._unpacker.skip()
             data = self._view[start : self._unpacker.tell()]
             if data[0] >> 4 == 0x9:  # fixarray
-                count, body = data[0] & 0xF, 1
+                found, body = data[0] & 0xF, 1
             elif data[0] in _ARRAY_HEADERS:
-                count, body = int.from_bytes(data[1 : _ARRAY_HEADERS[data[0]]], "big"), _ARRAY_HEADERS[data[0]]
+                found, body = int.from_bytes(data[1 : _ARRAY_HEADERS[data[0]]], "big"), _ARRAY_HEADERS[data[0]]
             else:
-                raise CorruptError(f"header: field 'external' must be an array, found msgpack type {data[0]:#04x}")
+                raise CorruptError(f"{self._what}: field {field!r} must be an array, found msgpack type {data[0]:#04x}")
+            if count is not None and found != count:
+                raise CorruptError(f"{self._what}: {field!r} lists {found} frames, the header implies {count}")
             limits = dict.fromkeys(("max_str_len", "max_bin_len", "max_array_len", "max_map_len", "max_ext_len"), 0)
-            items = msgpack.Unpacker(io.BytesIO(data[body:]), **limits)
-            external: list[int] = []
-            while len(external) < count:
-                block = tuple(itertools.islice(items, min(count - len(external), 1 << 16)))
+            items = msgpack.Unpacker(io.BytesIO(data[body:]), max_buffer_size=max(len(data) - body, 1), **limits)
+            values: list[int] = []
+            while len(values) < found:
+                block = tuple(itertools.islice(items, min(found - len(values), 1 << 16)))
                 if (
                     set(map(type, block)) != {int}
-                    or block[0] <= (external[-1] if external else -1)
-                    or not all(map(operator.lt, block, block[1:]))
+                    or min(block) < 0
+                    or (
+                        ascending
+                        and (block[0] <= (values[-1] if values else -1) or not all(map(operator.lt, block, block[1:])))
+                    )
                 ):
-                    raise CorruptError("header: 'external' must list non-negative integers, ascending without repeats")
-                external.extend(block)
-        return tuple(external)
+                    raise CorruptError(f"{self._what}: {field!r} must list {rule}")
+                values.extend(block)
+        return values
 
     def value(self, where: str, *, containers: int, items: int) -> Any:
         """Decode the next value: at most ``containers`` maps and arrays (lists come as
@@ -442,16 +453,6 @@ class _Reader:
         """Check that the document ends here."""
         if self._unpacker.tell() != len(self._view):
             raise CorruptError(f"{self._what}: {len(self._view) - self._unpacker.tell()} bytes after its end")
-
-
-def _unpack(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types for bad input
-        raise CorruptError(f"{what} is not valid msgpack: {exc}") from None
-    if not isinstance(doc, dict):
-        raise CorruptError(f"{what}: expected a map, found {type(doc).__name__}")
-    return doc
 
 
 def _get(doc: dict[str, Any], key: str, kind: type, where: str) -> Any:

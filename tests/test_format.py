@@ -215,3 +215,36 @@ def test_dump_refuses_a_header_over_the_limit(monkeypatch):
     with pytest.raises(blpickle.DumpError, match=r"header takes \d+ bytes .*over the 2000"):
         blpickle.dump([np.zeros(3) for _ in range(100)], file, codec=None)
     assert file.getvalue() == b""
+
+
+_INDEX = {"offsets": [24, 500, 900], "csizes": [100, 200, 300], "checksums": [1, 2, 3]}
+TRAILER_BOMBS = {
+    "arrays of empty lists": msgpack.packb({**_INDEX, "offsets": [[]] * _SIZE}),
+    "more entries than frames": msgpack.packb({**_INDEX, "csizes": [300] * (_SIZE // 3)}),
+    "negative integers": msgpack.packb({**_INDEX, "checksums": [-1, -2, -3]}),
+    "a signature of many maps": msgpack.packb({**_INDEX, "signature": [{}] * _SIZE}),
+    "a map declaring 2**32-1 items": b"\xdf\xff\xff\xff\xff",
+}
+
+
+@pytest.mark.parametrize("name", TRAILER_BOMBS)
+def test_trailer_bombs_are_refused_within_a_multiple_of_their_size(name):
+    data = TRAILER_BOMBS[name]
+
+    def decode():
+        with pytest.raises(blpickle.CorruptError, match="trailer"):
+            fmt.FrameIndex.decode(data, 3)
+
+    assert peak_allocated(decode) < fmt.HEADER_COST * len(data) + (1 << 20)
+
+
+def test_trailers_cost_a_multiple_of_their_size():
+    nframes = _SIZE // 20
+    index = fmt.FrameIndex(list(range(1 << 32, (1 << 32) + nframes)), [300] * nframes, [2**64 - 1] * nframes)
+    data = msgpack.packb({**msgpack.unpackb(index.encode()), "later": [[[[]] * 30] * 30] * 30})
+    decoded = []
+    peak = peak_allocated(lambda: decoded.append(fmt.FrameIndex.decode(data, nframes)))
+    assert peak < fmt.HEADER_COST * len(data) + (1 << 20)
+    assert decoded[0] == index
+    with pytest.raises(blpickle.CorruptError, match="'later' is outside the signature"):
+        fmt.FrameIndex.decode(data, nframes, authenticated=True)
