@@ -32,7 +32,7 @@ from ._cli_formats import (
     sniff,
     write_object,
 )
-from .errors import BlpickleError, LoadError, SignatureError, UnsafeLoadError
+from .errors import BlpickleError, LoadError, SignatureError, UnsafeLoadError, add_note
 from .info import RecordInfo, inspect
 from .options import PRESETS, Options
 
@@ -260,9 +260,8 @@ def read_records(path: str, key: bytes | None = None) -> tuple[list[RecordInfo],
             try:
                 records.append(inspect(file, key=key))
             except LoadError as exc:
-                if records:  # what exc.add_note does, which Python 3.10 lacks
-                    note = f"(in record {len(records) + 1} of the file; the records before it are intact)"
-                    exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                if records:
+                    add_note(exc, f"(in record {len(records) + 1} of the file; the records before it are intact)")
                 raise
             position = file.tell()
             if position >= size:

@@ -22,6 +22,7 @@ in existing code keeps catching them.
 from __future__ import annotations
 
 import pickle
+import sys
 
 __all__ = [
     "BadMagicError",
@@ -38,6 +39,15 @@ __all__ = [
     "UnsafeLoadError",
     "UnsupportedVersionError",
 ]
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Add ``note`` to ``exc`` as ``BaseException.add_note`` does from Python 3.11 on; before,
+    append it to ``__notes__`` by hand, where callers (and the CLI) find it all the same."""
+    if sys.version_info >= (3, 11):
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]
 
 
 class BlpickleError(Exception):

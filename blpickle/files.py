@@ -1,4 +1,5 @@
-"""Opening paths: atomic replacement on write."""
+"""Opening paths: ``~`` expansion, atomic replacement on write, and errors that name the
+user's path."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-__all__ = ["atomic_write", "is_path"]
+from .errors import BlpickleError, add_note
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so stale temporary files stay
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["atomic_write", "expand", "is_path", "naming_errors"]
+
+_TEMPORARY_SUFFIX = ".blpickle-tmp"
 
 
 def is_path(file: object) -> bool:
@@ -20,29 +30,128 @@ def is_path(file: object) -> bool:
     return isinstance(file, (str, os.PathLike))
 
 
+def expand(path: str | os.PathLike[str]) -> str:
+    """Return ``path`` as a string with a leading ``~`` or ``~user`` expanded."""
+    return os.path.expanduser(os.fspath(path))
+
+
+@contextlib.contextmanager
+def naming_errors(path: str) -> Iterator[None]:
+    """Make the errors raised in the block name ``path``: an ``OSError`` that names no file,
+    or a temporary file of :func:`atomic_write`, names ``path`` instead; a blpickle error
+    gets a note saying which file it was about."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None or _is_temporary(exc.filename):
+            exc.filename = path
+        if _is_temporary(exc.filename2):
+            exc.filename2 = None
+        raise
+    except BlpickleError as exc:
+        add_note(exc, f"file: {path}")
+        raise
+
+
+def _is_temporary(filename: object) -> bool:
+    return isinstance(filename, str) and filename.endswith(_TEMPORARY_SUFFIX)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """Yield a binary file that replaces ``path`` only when the block succeeds.
+    """Yield a binary file that replaces ``path`` (``~`` expanded) only when the block succeeds.
 
-    The data goes to a temporary file next to the target, renamed over it at the end; on any
-    error (or if the process dies) the previous file stays as it was. An existing file's
-    permissions are kept; a new file gets the usual ones (0o666 minus the umask). On Linux the
-    data starts going to the device as it is written (see :class:`_EarlyWriteback`).
+    Over a regular file, or where there is none, the data goes to a temporary file next to
+    the target, flushed to the device (``fsync``) and renamed over it at the end, and the
+    directory is synced so that the rename lasts too; on any error (or if the process dies)
+    the previous file stays as it was. An existing file's permissions are kept; a new file
+    gets the usual ones (0o666 minus the umask). Anything else (a FIFO, a device such as
+    ``/dev/null``, or a symbolic link to one) is written in place. Temporary files that
+    killed writers left next to the same target are removed (see :func:`_remove_stale`).
+    Errors name ``path``, never the temporary file.
+
+    On Linux the data starts going to the device as it is written (see
+    :class:`_EarlyWriteback`), so the final ``fsync`` finds little left to do.
     """
-    target = os.path.realpath(os.fspath(path))
-    directory, name = os.path.split(target)
-    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.blpickle-tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    user_path = expand(path)
+    target = os.path.realpath(user_path)
+    with naming_errors(user_path):
+        if _is_special(target):
+            with open(target, "wb") as file:
+                yield file
+            return
+        directory, name = os.path.split(target)
+        _remove_stale(directory, name)
+        fd, temporary = _create_temporary(directory, name)
+        try:
+            with open(fd, "wb") as file, _early_writeback(file) as writer:
+                yield writer
+                file.flush()
+                os.fsync(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        _sync_directory(directory)
+
+
+def _is_special(path: str) -> bool:
+    """True when ``path`` exists and is not a regular file (a FIFO, a device, a socket...)."""
     try:
-        with open(fd, "wb") as file, _early_writeback(file) as writer:
-            yield writer
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))
-        os.replace(temporary, target)
-    except BaseException:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _create_temporary(directory: str, name: str) -> tuple[int, str]:
+    """Create a temporary file for ``name`` in ``directory``, locked (``flock``) for as long
+    as it is open, so that :func:`_remove_stale` can tell a live writer's from a dead one's.
+    Return its descriptor and path."""
+    while True:
+        temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}{_TEMPORARY_SUFFIX}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        if fcntl is None:
+            return fd, temporary
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(temporary).st_ino == os.fstat(fd).st_ino:
+                return fd, temporary
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # another writer took it for a dead one's before the lock: start again
+
+
+def _remove_stale(directory: str, name: str) -> None:
+    """Remove the temporary files of writers of ``name`` that died before renaming them:
+    those that nobody holds locked (a lock goes with the process that held it). Files this
+    process cannot open or remove are left alone."""
+    if fcntl is None:
+        return
+    prefix = f".{name}."
+    stale: list[str] = []
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        stale = [e.path for e in entries if e.name.startswith(prefix) and e.name.endswith(_TEMPORARY_SUFFIX)]
+    for path in stale:
         with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError while its writer lives
+                os.unlink(path)
+            finally:
+                os.close(fd)
+
+
+def _sync_directory(directory: str) -> None:
+    """Flush a directory's entries to the device (where the OS allows opening a directory)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 #: Bytes written between two starts of their write-out to the device.

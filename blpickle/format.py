@@ -10,9 +10,13 @@ frames lives in :mod:`blpickle.stream`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
+import io
+import itertools
+import operator
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,7 +24,7 @@ from typing import Any
 import msgpack
 import xxhash
 
-from .errors import BadMagicError, CorruptError, LimitError, UnsupportedVersionError
+from .errors import BadMagicError, CorruptError, LimitError, LoadError, UnsupportedVersionError
 
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
@@ -46,7 +50,19 @@ MAX_TRAILER_SIZE = 64 << 20
 MAX_STREAMS = 1 << 22
 MAX_STREAM_SIZE = 1 << 62
 MAX_CHUNK_SIZE = 1 << 30
+#: The pickle stream decompresses to at most this many times its stored size (its chunks,
+#: 256 KiB of opcodes each, are never under 32 bytes): a reader refuses more before allocating.
+MAX_GRAPH_RATIO = 1 << 16
 MAX_NDIM = 64
+#: How a header may be built besides its size (docs/format.md, "Limits"): at most this many
+#: keys in the header map, ...
+MAX_HEADER_KEYS = 64
+#: ... at most this many items in any map or array of ``options`` or of a stream map, ...
+MAX_ITEMS = MAX_NDIM
+#: ... and at most this many maps and arrays in ``options`` or in one stream map, itself
+#: included. Decoding a header of n bytes then allocates at most HEADER_COST * n + 1 MiB.
+MAX_CONTAINERS = 16
+HEADER_COST = 16
 _MASK64 = (1 << 64) - 1
 
 
@@ -187,30 +203,38 @@ class Header:
 
     @classmethod
     def decode(cls, data: bytes) -> Header:
-        """Decode and validate a header.
+        """Decode and validate a header, allocating at most a few times its size (see
+        :class:`_Reader`).
 
         Raises:
             CorruptError: for anything that is not a valid header.
             LimitError: for sizes over the limits.
         """
-        doc = _unpack(data, "header")
+        reader = _Reader(data, "header")
+        doc: dict[str, Any] = {}
+        for _ in range(reader.map_header("header", MAX_HEADER_KEYS)):
+            key = reader.key("header")
+            if key in doc:
+                raise CorruptError(f"header: key {key!r} appears twice")
+            if key == "streams":
+                doc[key] = reader.streams()
+            elif key == "external":
+                doc[key] = tuple(reader.integers(key, ascending=True))
+            elif key in ("options", "protocol"):
+                doc[key] = reader.value(f"header field {key!r}", containers=MAX_CONTAINERS, items=MAX_ITEMS)
+            else:
+                reader.skip("header")
+        reader.end()
         options = _get(doc, "options", dict, "header")
         protocol = _get(doc, "protocol", int, "header")
         if not 0 <= protocol <= 5:
             raise CorruptError(f"header: pickle protocol {protocol} is not 0 to 5")
-        streams = _get(doc, "streams", list, "header")
-        if not 1 <= len(streams) <= MAX_STREAMS:
-            raise LimitError(f"header: {len(streams)} streams, expected 1 to {MAX_STREAMS}")
-        external = _get(doc, "external", list, "header")
-        if any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in external):
-            raise CorruptError("header: 'external' must list non-negative integers")
-        if sorted(set(external)) != external:
-            raise CorruptError("header: 'external' must be sorted and without repeats")
-        decoded = tuple(_decode_stream(s, i) for i, s in enumerate(streams))
-        splices = [s.splice for s in decoded[1:] if s.splice is not None]
-        if decoded[0].splice is not None or splices != sorted(splices) or any(p > decoded[0].nbytes for p in splices):
+        streams = _get(doc, "streams", tuple, "header")
+        external = _get(doc, "external", tuple, "header")
+        splices = [s.splice for s in streams[1:] if s.splice is not None]
+        if streams[0].splice is not None or splices != sorted(splices) or any(p > streams[0].nbytes for p in splices):
             raise CorruptError("header: splice offsets must be ascending and within the pickle stream")
-        return cls(options, protocol, decoded, tuple(external))
+        return cls(options, protocol, streams, external)
 
 
 def _decode_stream(doc: Any, index: int) -> StreamInfo:
@@ -231,14 +255,10 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     if dtype is not None and not isinstance(dtype, str):
         raise CorruptError(f"{where}: dtype must be a string")
     shape = doc.get("shape")
-    if shape is not None:
-        if (
-            not isinstance(shape, list)
-            or len(shape) > MAX_NDIM
-            or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in shape)
-        ):
-            raise CorruptError(f"{where}: shape must be a list of at most {MAX_NDIM} sizes")
-        shape = tuple(shape)
+    if shape is not None and (
+        not isinstance(shape, tuple) or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in shape)
+    ):
+        raise CorruptError(f"{where}: shape must be a list of at most {MAX_NDIM} sizes")
     splice = doc.get("splice")
     if splice is not None and (not isinstance(splice, int) or isinstance(splice, bool) or splice < 0):
         raise CorruptError(f"{where}: splice must be a non-negative offset")
@@ -246,6 +266,9 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     if codec is not None and not isinstance(codec, str):
         raise CorruptError(f"{where}: codec must be a string")
     return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec)
+
+
+_HEX_DIGITS = set("0123456789abcdef")
 
 
 @dataclasses.dataclass
@@ -273,22 +296,33 @@ class FrameIndex:
         return msgpack.packb(doc)
 
     @classmethod
-    def decode(cls, data: bytes, nframes: int) -> FrameIndex:
-        """Decode a trailer that must list ``nframes`` frames.
+    def decode(cls, data: bytes, nframes: int, *, authenticated: bool = False) -> FrameIndex:
+        """Decode a trailer that must list ``nframes`` frames, allocating a few times its size
+        at most (see :class:`_Reader`). With ``authenticated`` (its signature is checked),
+        refuse keys of any other meaning: the signature covers none.
 
         Raises:
             CorruptError: for anything that is not a valid trailer.
         """
-        doc = _unpack(data, "trailer")
+        reader = _Reader(data, "trailer")
+        doc: dict[str, Any] = {}
+        for _ in range(reader.map_header("trailer", MAX_HEADER_KEYS)):
+            key = reader.key("trailer")
+            if key in doc:
+                raise CorruptError(f"trailer: key {key!r} appears twice")
+            if key in ("offsets", "csizes", "checksums"):
+                doc[key] = reader.integers(key, count=nframes)
+            elif key == "signature":
+                doc[key] = reader.value("trailer field 'signature'", containers=0, items=0)
+            elif authenticated:
+                raise CorruptError(f"trailer: key {key!r} is outside the signature in a signed record")
+            else:
+                reader.skip("trailer")
+        reader.end()
         lists = [_get(doc, key, list, "trailer") for key in ("offsets", "csizes", "checksums")]
-        for key, values in zip(("offsets", "csizes", "checksums"), lists, strict=True):
-            if len(values) != nframes:
-                raise CorruptError(f"trailer: '{key}' lists {len(values)} frames, the header implies {nframes}")
-            if any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MASK64 for v in values):
-                raise CorruptError(f"trailer: '{key}' must list 64-bit unsigned integers")
         signed = doc.get("signature")
-        if signed is not None and (not isinstance(signed, str) or len(signed) != 64):
-            raise CorruptError("trailer: 'signature' must be 64 hex digits")
+        if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or set(signed) - _HEX_DIGITS):
+            raise CorruptError("trailer: 'signature' must be 64 lowercase hex digits")
         return cls(*lists, signature=signed)
 
 
@@ -297,14 +331,125 @@ def total_frames(streams: Sequence[StreamInfo]) -> int:
     return sum(s.nchunks for s in streams)
 
 
-def _unpack(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types for bad input
-        raise CorruptError(f"{what} is not valid msgpack: {exc}") from None
-    if not isinstance(doc, dict):
-        raise CorruptError(f"{what}: expected a map, found {type(doc).__name__}")
-    return doc
+#: msgpack array 16 and array 32: the size of their headers.
+_ARRAY_HEADERS = {0xDC: 3, 0xDD: 5}
+
+
+class _Reader:
+    """Reads a msgpack document piece by piece: its outer map and the ``streams`` array are
+    walked (each stream map is decoded and validated on its own), and each value is
+    materialised only within limits on its maps, arrays and items, so that no count it
+    declares allocates more than the bytes that hold it, a few times over."""
+
+    def __init__(self, data: bytes, what: str) -> None:
+        self._view = memoryview(data)
+        self._what = what
+        self._unpacker = msgpack.Unpacker(io.BytesIO(data), max_buffer_size=max(len(data), 1))
+
+    @contextlib.contextmanager
+    def _parsing(self, where: str) -> Iterator[None]:
+        try:
+            yield
+        except LoadError:
+            raise
+        except Exception as exc:  # msgpack raises several unrelated types for bad input
+            raise CorruptError(f"{where} is not valid msgpack within the limits: {exc}") from None
+
+    def map_header(self, where: str, limit: int) -> int:
+        with self._parsing(where):
+            count = self._unpacker.read_map_header()
+        if count > limit:
+            raise CorruptError(f"{where}: a map of {count} keys, at most {limit} allowed")
+        return count
+
+    def key(self, where: str) -> str:
+        key = self.value(f"{where} key", containers=0, items=0)
+        if not isinstance(key, str):
+            raise CorruptError(f"{where}: keys must be strings, found {type(key).__name__}")
+        return key
+
+    def streams(self) -> tuple[StreamInfo, ...]:
+        """Read the header's ``streams`` array a stream map at a time: the tuple grows only
+        with the maps that are there, whatever count the array declares."""
+        with self._parsing("header field 'streams'"):
+            count = self._unpacker.read_array_header()
+        if not 1 <= count <= MAX_STREAMS:
+            raise LimitError(f"header: {count} streams, expected 1 to {MAX_STREAMS}")
+        return tuple(
+            _decode_stream(self.value(f"header stream {i}", containers=MAX_CONTAINERS, items=MAX_ITEMS), i)
+            for i in range(count)
+        )
+
+    def integers(self, field: str, *, count: int | None = None, ascending: bool = False) -> list[int]:
+        """Read an array of non-negative integers (``count`` of them, if given) 65536 at a
+        time, each block checked (ascending without repeats, if asked) before the next is
+        decoded: only a valid array costs memory, a few times its size."""
+        rule = "ascending non-negative integers without repeats" if ascending else "64-bit unsigned integers"
+        with self._parsing(f"{self._what} field {field!r}"):
+            start = self._unpacker.tell()
+            self._unpacker.skip()
+            data = self._view[start : self._unpacker.tell()]
+            if data[0] >> 4 == 0x9:  # fixarray
+                found, body = data[0] & 0xF, 1
+            elif data[0] in _ARRAY_HEADERS:
+                found, body = int.from_bytes(data[1 : _ARRAY_HEADERS[data[0]]], "big"), _ARRAY_HEADERS[data[0]]
+            else:
+                raise CorruptError(f"{self._what}: field {field!r} must be an array, found msgpack type {data[0]:#04x}")
+            if count is not None and found != count:
+                raise CorruptError(f"{self._what}: {field!r} lists {found} frames, the header implies {count}")
+            limits = dict.fromkeys(("max_str_len", "max_bin_len", "max_array_len", "max_map_len", "max_ext_len"), 0)
+            items = msgpack.Unpacker(io.BytesIO(data[body:]), max_buffer_size=max(len(data) - body, 1), **limits)
+            values: list[int] = []
+            while len(values) < found:
+                block = tuple(itertools.islice(items, min(found - len(values), 1 << 16)))
+                if (
+                    set(map(type, block)) != {int}
+                    or min(block) < 0
+                    or (
+                        ascending
+                        and (block[0] <= (values[-1] if values else -1) or not all(map(operator.lt, block, block[1:])))
+                    )
+                ):
+                    raise CorruptError(f"{self._what}: {field!r} must list {rule}")
+                values.extend(block)
+        return values
+
+    def value(self, where: str, *, containers: int, items: int) -> Any:
+        """Decode the next value: at most ``containers`` maps and arrays (lists come as
+        tuples), each of at most ``items`` items."""
+        left = containers
+
+        def count(container: Any) -> Any:
+            nonlocal left
+            left -= 1
+            if left < 0:
+                raise CorruptError(f"{where}: more than {containers} maps and arrays")
+            return container
+
+        with self._parsing(where):
+            start = self._unpacker.tell()
+            self._unpacker.skip()
+            return msgpack.unpackb(
+                self._view[start : self._unpacker.tell()],
+                raw=False,
+                strict_map_key=True,
+                use_list=False,
+                max_array_len=items,
+                max_map_len=items,
+                max_ext_len=0,
+                object_hook=count,
+                list_hook=count,
+            )
+
+    def skip(self, where: str) -> None:
+        """Pass over the next value without decoding it (msgpack's parser allocates nothing)."""
+        with self._parsing(where):
+            self._unpacker.skip()
+
+    def end(self) -> None:
+        """Check that the document ends here."""
+        if self._unpacker.tell() != len(self._view):
+            raise CorruptError(f"{self._what}: {len(self._view) - self._unpacker.tell()} bytes after its end")
 
 
 def _get(doc: dict[str, Any], key: str, kind: type, where: str) -> Any:

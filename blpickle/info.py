@@ -14,10 +14,10 @@ from typing import Any, BinaryIO
 
 from . import format as fmt
 from .errors import CorruptError
-from .files import is_path
+from .files import expand, is_path, naming_errors
 from .layout import OPCODE, SPLICE, splices_of, tokens
 from .options import available_threads
-from .stream import FileSource, MappedFileSource, MemorySource, RecordReader, Source, map_file
+from .stream import FileSource, MemorySource, RecordReader, Source
 
 __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
 
@@ -138,16 +138,10 @@ def inspect(
 
 def _open(file: Any, stack: ExitStack) -> Source:
     if is_path(file):
-        file = stack.enter_context(open(file, "rb"))  # noqa: SIM115 - closed by the caller's stack
-    if not hasattr(file, "read"):
-        return MemorySource(file)
-    mapped = map_file(file, "r")
-    if mapped is None:
-        return FileSource(file)
-    start = file.tell()
-    source = MappedFileSource(mapped, 0, start)
-    stack.callback(lambda: file.seek(start + source.pos))
-    return source
+        path = expand(file)
+        stack.enter_context(naming_errors(path))
+        file = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the caller's stack
+    return FileSource(file) if hasattr(file, "read") else MemorySource(file)
 
 
 def _stored_sizes(streams: tuple[fmt.StreamInfo, ...], csizes: list[int]) -> list[int]:

@@ -8,7 +8,6 @@ does not start with blpickle's magic is read as plain pickle data.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import pickle
@@ -26,13 +25,12 @@ from . import format as fmt
 from .arrays import pickle_keeps_dtype, reduce_ndarray
 from .buffers import Payload
 from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, OptionsError, SignatureError, TruncatedError
-from .files import atomic_write, is_path
+from .files import atomic_write, expand, is_path, naming_errors
 from .layout import PickleFile, open_pickle
 from .options import PRESETS, Options, PicklerKind, resolve_options
 from .safe import Policy
 from .stream import (
     FileSource,
-    MappedFileSource,
     MemorySource,
     PackedStream,
     RecordReader,
@@ -335,8 +333,11 @@ class Unpickler(pickle.Unpickler):
             that view a memory map of the file, read-only ("r"), read-write ("r+") or
             copy-on-write ("c"), as ``numpy.load`` does, instead of reading them. Mapped
             buffers are not checksummed on load (data changed through "r+" no longer matches
-            its checksum: a later load without mmap_mode raises ChecksumError). Compressed
-            buffers, and files that cannot be mapped, are read as usual.
+            its checksum: a later load without mmap_mode raises ChecksumError); the object
+            graph is always read and checked. As with ``numpy.memmap``, if another program
+            truncates the file while arrays map it, touching them kills the process (SIGBUS).
+            Compressed buffers, and files that are not plain files on disk, are read as
+            usual.
         nthreads: decompression threads (default: every available CPU).
         safe: import no global but builtin containers and scalars and numpy arrays, dtypes
             and scalars (:data:`blpickle.safe.SAFE_GLOBALS`); anything else raises
@@ -344,8 +345,9 @@ class Unpickler(pickle.Unpickler):
         allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
             ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
         key: the key the record was signed with: the whole record is read and its
-            signature checked before anything is unpickled; unsigned or altered records
-            raise :class:`blpickle.SignatureError`. Plain pickle data is refused.
+            signature checked before anything is decompressed or unpickled; unsigned or
+            altered records raise :class:`blpickle.SignatureError`. Plain pickle data is
+            refused.
     """
 
     def find_class(self, module: str, name: str) -> Any:
@@ -401,24 +403,18 @@ class Unpickler(pickle.Unpickler):
         return self._unpickle(_rewind(self._file, head), self._buffers)
 
     def _load_record(self, magic: bytes) -> Any:
-        """Load the record whose magic was just read, from a memory map of the file if it is
-        a regular file (then leave the file just after the record), else by reading it."""
-        mapped = map_file(self._file, self._mmap_mode)
+        """Load the record whose magic was just read, by reading the file, or with
+        ``mmap_mode`` from a memory map of it if it is a plain file (then leave the file just
+        after the record)."""
+        mapped = None if self._mmap_mode is None else map_file(self._file, self._mmap_mode)
         if mapped is None:
             return self._load_from(FileSource(self._file, pos=len(magic)), magic)
         start = self._file.tell() - len(magic)
-        if self._mmap_mode is None:
-            source: MemorySource = MappedFileSource(mapped, len(magic), start)
-        else:
-            source = MemorySource(mapped, len(magic), offset=start, mapped=True)
+        source = MemorySource(mapped, len(magic), offset=start, mapped=True)
         try:
             return self._load_from(source, magic)
         finally:
             self._file.seek(start + source.pos)
-            if self._mmap_mode is None:  # nothing loaded refers to the map: close it now
-                source.release()
-                with contextlib.suppress(BufferError):
-                    mapped.close()
 
     def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
         """Run the C unpickler on ``file`` with a fresh state, keeping this object's overrides
@@ -433,9 +429,6 @@ class Unpickler(pickle.Unpickler):
         reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
         header = reader.header
         graph = open_pickle(reader)
-        if self._key is not None:  # check the signature before unpickling anything
-            reader.preload()
-            reader.finish()
         buffers: Iterable[Any] = reader.buffers()
         if header.external:
             if self._buffers is None:
@@ -452,8 +445,7 @@ class Unpickler(pickle.Unpickler):
             if isinstance(graph, PickleFile) and graph.error is not None:  # lost by the unpickler
                 raise graph.error from None
             raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
-        if self._key is None:
-            reader.finish()
+        reader.finish()
         return obj
 
 
@@ -531,9 +523,12 @@ def dump(
     key: bytes | None = None,
     **options: Any,
 ) -> None:
-    """Write ``obj`` to ``file`` (a binary file object or a path) as a blpickle record.
+    """Write ``obj`` to ``file`` (a binary file object or a path, ``~`` expanded) as a
+    blpickle record.
 
-    Writing to a path is atomic: the file is replaced only once the record is complete.
+    Writing to a path is atomic: a regular file is replaced only once the record is complete
+    and on the device; FIFOs and devices are written in place (see
+    :func:`blpickle.files.atomic_write`).
     ``options`` are :class:`blpickle.Options` fields (``codec=``, ``clevel=``, ``shuffle=``,
     ``bytedelta=``, ``chunk_size=``, ``nthreads=``, ``pickler=``) or ``preset=``. With
     ``key`` (bytes) the record is signed: ``load(..., key=key)`` checks it.
@@ -580,7 +575,7 @@ def load(
     allowed: Iterable[str | Any] = (),
     key: bytes | None = None,
 ) -> Any:
-    """Read one object from ``file`` (a binary file object or a path).
+    """Read one object from ``file`` (a binary file object or a path, ``~`` expanded).
 
     Reads blpickle records and plain pickle data. See :class:`Unpickler` for ``mmap_mode``,
     ``nthreads``, ``safe``, ``allowed`` and ``key``.
@@ -590,7 +585,9 @@ def load(
     """
     with ExitStack() as stack:
         if is_path(file):
-            file = stack.enter_context(open(file, "r+b" if mmap_mode == "r+" else "rb"))
+            path = expand(file)
+            stack.enter_context(naming_errors(path))
+            file = stack.enter_context(open(path, "r+b" if mmap_mode == "r+" else "rb"))
         unpickler = Unpickler(
             file,
             fix_imports=fix_imports,

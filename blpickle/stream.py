@@ -8,13 +8,13 @@ pool to hang a forked child) and a forked child starts new pools.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import hmac
+import io
 import mmap
 import os
-import sys
+import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,19 +27,27 @@ import xxhash
 
 from . import format as fmt
 from .buffers import Payload
-from .errors import ChecksumError, CorruptError, DumpError, LimitError, SignatureError, TruncatedError
+from .errors import (
+    ChecksumError,
+    CorruptError,
+    DumpError,
+    LimitError,
+    SignatureError,
+    TruncatedError,
+    UnsupportedVersionError,
+)
 from .options import Options, choose_codec, compress_chunk
 
 __all__ = [
     "CountingWriter",
     "FileSource",
-    "MappedFileSource",
     "MemorySource",
     "PackedStream",
     "RecordReader",
     "Source",
     "map_file",
     "map_ordered",
+    "plain_fileno",
     "unpack_chunk",
     "write_record",
 ]
@@ -207,11 +215,17 @@ def write_record(
     record is signed (HMAC-SHA256 of the header and of a BLAKE2b digest of every frame).
 
     Raises:
-        DumpError: when Blosc2 cannot compress a chunk.
+        DumpError: when the header is over ``MAX_HEADER_SIZE`` (nothing is written then), or
+            when Blosc2 cannot compress a chunk.
     """
     out = CountingWriter(file)
     header = _choose_codecs(header, payloads, options)
     header_bytes = header.encode()
+    if len(header_bytes) > fmt.MAX_HEADER_SIZE:
+        raise DumpError(
+            f"the record's header takes {len(header_bytes)} bytes ({len(header.streams)} streams), over the "
+            f"{fmt.MAX_HEADER_SIZE} bytes readers accept: write fewer out-of-band buffers per record"
+        )
     head = fmt.encode_preamble(len(header_bytes), 0 if key is None else fmt.FLAG_SIGNED) + header_bytes
     header_checksum = fmt.checksum(head)
     out.write(head + fmt.U64.pack(header_checksum))
@@ -338,15 +352,22 @@ class Source:
         raise NotImplementedError
 
     def map(self, size: int, what: str) -> np.ndarray | None:
-        """Return the next ``size`` bytes as an array sharing a memory map, or None."""
+        """Return the next ``size`` bytes as an array sharing a memory map, or None (then
+        nothing is read)."""
         return None
 
     def size(self) -> int | None:
-        """Bytes from the record start to the end of the data, if known (random access)."""
+        """Bytes from the record start to the end of the data, if known (random access:
+        then :meth:`read_at` and :meth:`seek` work too)."""
         return None
 
-    def done(self, pos: int) -> None:
-        """Say that the bytes before ``pos`` have been used and will not be read again."""
+    def read_at(self, offset: int, size: int) -> Any:
+        """Return up to ``size`` bytes at ``offset`` (from the record start) without moving."""
+        raise NotImplementedError
+
+    def seek(self, pos: int) -> None:
+        """Go to ``pos`` (from the record start)."""
+        raise NotImplementedError
 
 
 class MemorySource(Source):
@@ -375,75 +396,56 @@ class MemorySource(Source):
         dst[:] = self.read(dst.nbytes, what)
 
     def map(self, size: int, what: str) -> np.ndarray | None:
-        return np.frombuffer(self.read(size, what), dtype=np.uint8) if self._mapped else None
+        """Return a view of the next ``size`` bytes of a memory-mapped file, or None (then
+        nothing is read) when they do not start at a multiple of ``ALIGNMENT`` in memory: a
+        record that does not start at such a multiple in its file gives copies, never
+        misaligned arrays."""
+        if not self._mapped:
+            return None
+        array = np.frombuffer(self._view[self.pos : self.pos + size], dtype=np.uint8)
+        if array.ctypes.data % fmt.ALIGNMENT:
+            return None
+        return np.frombuffer(self.read(size, what), dtype=np.uint8)
 
     def size(self) -> int:
         return len(self._view)
 
     def read_at(self, offset: int, size: int) -> memoryview:
-        """Return ``size`` bytes at ``offset`` (from the record start) without moving."""
         return self._view[offset : offset + size]
 
-    def release(self) -> None:
-        """Drop the view of the data (so that a memory map can be closed)."""
-        self._view.release()
+    def seek(self, pos: int) -> None:
+        self.pos = pos
 
-
-#: MADV_POPULATE_READ (Linux 5.14): map pages of a file ahead of use, in one call.
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
-_READ_AHEAD = 64 << 20
-
-
-class MappedFileSource(MemorySource):
-    """Reads a memory-mapped regular file front to back without copying, mapping its pages a
-    little ahead of use and dropping them from the process behind it: however large the
-    file, the process maps about ``_READ_AHEAD`` bytes of it at a time."""
-
-    def __init__(self, mapped: mmap.mmap, pos: int, offset: int) -> None:
-        super().__init__(mapped, pos, offset=offset)
-        self._map = mapped
-        self._offset = offset
-        self._ready = self._dropped = offset - offset % mmap.PAGESIZE
-
-    def read(self, size: int, what: str) -> memoryview:
-        view = super().read(size, what)
-        end = self._offset + self.pos
-        if end > self._ready:
-            ahead = min(len(self._map), end + _READ_AHEAD)
-            self._advise(_MADV_POPULATE_READ, self._ready, ahead)
-            self._ready = ahead
-        return view
-
-    def done(self, pos: int) -> None:
-        end = (self._offset + pos) // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > self._dropped:
-            self._advise(mmap.MADV_DONTNEED, self._dropped, end)
-            self._dropped = end
-
-    def _advise(self, option: int | None, start: int, end: int) -> None:
-        start -= start % mmap.PAGESIZE
-        if option is not None and end > start:
-            with contextlib.suppress(OSError):  # an older kernel: pages then come in on use
-                self._map.madvise(option, start, end - start)
+    def restart(self) -> MemorySource:
+        """Return a new source of the same data, at the record start."""
+        return MemorySource(self._view, mapped=self._mapped)
 
 
 class FileSource(Source):
-    """Reads from a binary file object (seekable or not)."""
+    """Reads from a binary file object (seekable or not). Reads never ask the file for much
+    more than it holds: a large read is made in pieces, so a size declared by a damaged or
+    forged record allocates only what the file really has.
+
+    For a plain file on disk (see :func:`plain_fileno`) it also offers random access
+    (:meth:`size`, :meth:`read_at`, :meth:`seek`), measured from where the record starts.
+    """
 
     def __init__(self, file: BinaryIO, pos: int = 0) -> None:
         self._file = file
         self.pos = pos
+        self._fileno = plain_fileno(file)
+        self._start = None if self._fileno is None else file.tell() - pos
 
-    def read(self, size: int, what: str) -> bytes:
-        data = self._file.read(size) or b""
+    def read(self, size: int, what: str) -> bytes | bytearray:
+        data = self._file.read(min(size, _RAW_READ_SIZE)) or b""
         if len(data) < size:
             parts = bytearray(data)
             while len(parts) < size:
-                more = self._file.read(size - len(parts))
+                more = self._file.read(min(size - len(parts), _RAW_READ_SIZE))
                 if not more:
                     raise TruncatedError(what, self.pos, size, len(parts))
                 parts += more
-            data = bytes(parts)
+            data = parts
         self.pos += size
         return data
 
@@ -461,24 +463,82 @@ class FileSource(Source):
             done += count
             self.pos += count
 
-
-_MMAP_ACCESS = {None: mmap.ACCESS_READ, "r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
-
-
-def map_file(file: BinaryIO, mmap_mode: str | None) -> mmap.mmap | None:
-    """Map a regular file whole: read-only for ``mmap_mode`` None or "r", shared read-write
-    for "r+", copy-on-write for "c". Return None when ``file`` is not a regular file.
-
-    Loading then decompresses straight from the page cache, without a read() copy.
-    """
-    try:
-        fileno = file.fileno()
-        size = os.fstat(fileno).st_size
-        if not file.seekable() or not size:
+    def size(self) -> int | None:
+        if self._fileno is None:
             return None
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return os.fstat(self._fileno).st_size - self._start
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        """Return up to ``size`` bytes at ``offset`` (from the record start) without moving."""
+        self._file.seek(self._start + offset)
+        try:
+            return self._file.read(size)
+        finally:
+            self._file.seek(self._start + self.pos)
+
+    def seek(self, pos: int) -> None:
+        """Go to ``pos`` (from the record start)."""
+        self._file.seek(self._start + pos)
+        self.pos = pos
+
+
+class _Recording(Source):
+    """A source that keeps a copy of the record's bytes (``head``, then every byte read)."""
+
+    def __init__(self, source: Source, head: bytes) -> None:
+        self._source = source
+        self._data = bytearray(head)
+        self.pos = source.pos
+
+    def read(self, size: int, what: str) -> Any:
+        data = self._source.read(size, what)
+        self._data += data
+        self.pos = self._source.pos
+        return data
+
+    def readinto(self, dst: memoryview, what: str) -> None:
+        self._source.readinto(dst, what)
+        self._data += dst
+        self.pos = self._source.pos
+
+    def replay(self) -> MemorySource:
+        """Return a source of the bytes kept, at the record start."""
+        return MemorySource(self._data)
+
+
+def plain_fileno(file: Any) -> int | None:
+    """Return the descriptor of ``file`` when its bytes are the bytes of a regular file on
+    disk: a ``FileIO``, or a buffered reader over one, seekable. Return None for anything
+    else, such as ``gzip``/``bz2``/``lzma`` files (whose ``fileno()`` is the compressed file
+    underneath), pipes, sockets and in-memory files."""
+    raw = file.raw if isinstance(file, (io.BufferedReader, io.BufferedRandom)) else file
+    if not isinstance(raw, io.FileIO):
         return None
-    return mmap.mmap(fileno, size, access=_MMAP_ACCESS[mmap_mode])
+    try:
+        fileno = raw.fileno()
+        if not raw.seekable() or not stat.S_ISREG(os.fstat(fileno).st_mode):
+            return None
+    except (OSError, ValueError):  # a closed file
+        return None
+    return fileno
+
+
+_MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
+
+
+def map_file(file: BinaryIO, mmap_mode: str) -> mmap.mmap | None:
+    """Map a regular file whole (see :func:`plain_fileno`): read-only for ``mmap_mode``
+    "r", shared read-write for "r+", copy-on-write for "c". Return None when ``file`` is
+    not a plain file or is empty.
+
+    Arrays viewing the map read the file as they are used: if another program truncates the
+    file meanwhile, touching them raises SIGBUS, as with ``numpy.memmap``.
+    """
+    fileno = plain_fileno(file)
+    if fileno is None:
+        return None
+    size = os.fstat(fileno).st_size
+    return mmap.mmap(fileno, size, access=_MMAP_ACCESS[mmap_mode]) if size else None
 
 
 class RecordReader:
@@ -500,25 +560,68 @@ class RecordReader:
         self._source = source
         rest = source.read(fmt.PREAMBLE.size - len(magic), "the preamble")
         preamble = magic + bytes(rest)
-        self.minor, flags, header_size = fmt.decode_preamble(preamble)
+        try:
+            self.minor, flags, header_size = fmt.decode_preamble(preamble)
+        except UnsupportedVersionError:
+            self._read_head(preamble, fmt.PREAMBLE.unpack(preamble)[-1])  # damaged, or truly newer?
+            raise
         self.signed = bool(flags & fmt.FLAG_SIGNED)
         if key is not None and not self.signed:
             raise SignatureError("the record is not signed, and a key was given: refusing to load it")
-        header_bytes = bytes(source.read(header_size, "the header"))
-        stored = fmt.U64.unpack(source.read(fmt.U64.size, "the header checksum"))[0]
+        header_bytes = self._read_head(preamble, header_size)
         self._head = preamble + header_bytes
-        computed = fmt.checksum(self._head)
-        if stored != computed:
-            raise ChecksumError("the header", fmt.PREAMBLE.size, stored, computed)
+        self._header_checksum = fmt.checksum(self._head)
         self.header = fmt.Header.decode(header_bytes)
-        self._header_checksum = computed
         self._nthreads = nthreads
         self._key = key
         self._digests: list[bytes] = []
-        self._next_stream = 0  # the next stream in the source
-        self._consumed = 0  # streams handed out by read_stream
-        self._preloaded: deque | None = None
+        self._next_stream = 0
         self.index = fmt.FrameIndex()
+        if key is not None:
+            self._authenticate()
+
+    def _authenticate(self) -> None:
+        """Read the rest of the record, checking every checksum and, last, the signature,
+        without decompressing anything; then stand after the header again, to read the
+        record as it was checked.
+
+        A record in memory (or memory-mapped) is read again in place; a record read from a
+        file is kept in memory as stored (compressed) meanwhile, so that what is decompressed
+        is exactly what was authenticated.
+
+        Raises:
+            LoadError subclasses for damaged input; SignatureError when the signature does not
+            match.
+        """
+        source, start = self._source, self._source.pos
+        if not isinstance(source, MemorySource):
+            self._source = _Recording(source, self._head + fmt.U64.pack(self._header_checksum))
+        for _ in self.header.streams:
+            self.skip_stream()
+        self.finish()
+        self._source = self._source.replay() if isinstance(self._source, _Recording) else source.restart()
+        self._source.seek(start)
+        self._key = None  # authenticated: the second reading checks the checksums only
+        self._next_stream = 0
+        self.index = fmt.FrameIndex()
+
+    def _read_head(self, preamble: bytes, header_size: int) -> bytes:
+        """Read the header and its checksum; return the header once the checksum over the
+        preamble and header matches. (The preamble and this checksum have the same layout in
+        every major version: a record of an unknown version is told from damaged input by
+        it.)
+
+        Raises:
+            LimitError, TruncatedError, ChecksumError.
+        """
+        if header_size > fmt.MAX_HEADER_SIZE:
+            raise LimitError(f"header size {header_size} is over the limit of {fmt.MAX_HEADER_SIZE} bytes")
+        header_bytes = bytes(self._source.read(header_size, "the header"))
+        stored = fmt.U64.unpack(self._source.read(fmt.U64.size, "the header checksum"))[0]
+        computed = fmt.checksum(preamble + header_bytes)
+        if stored != computed:
+            raise ChecksumError("the header", fmt.PREAMBLE.size, stored, computed)
+        return header_bytes
 
     def read_stream(self, into: memoryview | None = None) -> np.ndarray | memoryview:
         """Read the next stream into ``into`` (of its exact size) or into a new writable uint8
@@ -534,52 +637,41 @@ class RecordReader:
             )
         if into is not None and into.nbytes != info.nbytes:
             raise CorruptError(
-                f"stream {self._consumed} holds {info.nbytes} bytes, the pickle expects {into.nbytes} there"
+                f"stream {self._next_stream} holds {info.nbytes} bytes, the pickle expects {into.nbytes} there"
             )
-        if self._preloaded is not None:
-            self._consumed += 1
-            data = self._preloaded.popleft()
-            if into is None:
-                return data
-            into.cast("B")[:] = memoryview(data).cast("B")
-            return into
         number, info = self._next()
         if info.raw:
-            return self._read_raw(info, number, keep=True, into=into)
-        out = _allocate(info.nbytes, number) if into is None else into
-        self._run(info, number, out)
+            # with mmap_mode only out-of-band buffers are mapped: the object graph is read
+            mappable = into is None and number > 0 and info.splice is None
+            return self._read_raw(info, number, keep=True, into=into, mappable=mappable)
+        if number == 0:
+            out, frames = self._read_graph(info)
+        else:
+            out = _allocate(info.nbytes, number) if into is None else into
+            frames = self._read_frames(info, number, out)
+        self._run(info, frames)
         return out
 
     def read_chunks(self) -> Iterator[memoryview]:
-        """Read the next stream's frames and start decompressing all but the first in the
-        pool; return an iterator over its decompressed chunks, in order, so that unpickling
-        can start with the first chunk of the pickle stream while the others decompress. The
-        first one is decompressed by the iterator itself (its caller would only wait for the
-        pool). (A raw stream, or any stream of a signed record, comes whole, as from
-        :meth:`read_stream`.)
+        """Read the pickle stream's frames (call it first) and start decompressing all but
+        the first in the pool; return an iterator over its decompressed chunks, in order, so
+        that unpickling can start with the first chunk while the others decompress. The first one is
+        decompressed by the iterator itself (its caller would only wait for the pool). (A raw
+        pickle stream comes whole, as from :meth:`read_stream`.)
 
         Raises:
             LoadError subclasses when a frame is damaged, truncated or inconsistent (for a
             damaged chunk: when the iterator reaches it).
         """
-        info = self.next_stream()
-        if info is None or info.raw or self._key is not None or self._preloaded is not None:
+        info = self.header.streams[0]
+        if info.raw:
             return iter([memoryview(self.read_stream()).cast("B")])
-        number, info = self._next()
-        chunks = list(self._read_frames(info, number, _allocate(info.nbytes, number)))
+        self._next()
+        _, chunks = self._read_graph(info)
         if self._nthreads == 1 or len(chunks) == 1:
             return _decompressed(chunks)
         pool = _pool(self._nthreads)
         return _decompressed(chunks, [None, *(pool.submit(unpack_chunk, *chunk) for chunk in chunks[1:])])
-
-    def preload(self) -> None:
-        """Read every remaining stream now (so that :meth:`finish` can check the signature
-        before anything is unpickled); :meth:`read_stream` then serves them from memory."""
-        streams = []
-        while self._next_stream < len(self.header.streams):
-            streams.append(self.read_stream())
-        self._consumed -= len(streams)
-        self._preloaded = deque(streams)
 
     def skip_stream(self) -> None:
         """Read the next stream and check its checksums, without decompressing it."""
@@ -587,12 +679,12 @@ class RecordReader:
         if info.raw:
             self._read_raw(info, number, keep=False)
         else:
-            self._run(info, number, None)
+            self._run(info, self._read_frames(info, number, None))
 
     def next_stream(self) -> fmt.StreamInfo | None:
         """Return the stream to be read next, or None after the last one."""
         streams = self.header.streams
-        return streams[self._consumed] if self._consumed < len(streams) else None
+        return streams[self._next_stream] if self._next_stream < len(streams) else None
 
     def buffers(self) -> Iterator[np.ndarray]:
         """Yield the out-of-band buffers lazily, in order (splices are read by
@@ -600,7 +692,7 @@ class RecordReader:
         while (info := self.next_stream()) is not None:
             if info.splice is not None:
                 raise CorruptError(
-                    f"stream {self._consumed} is a splice where the pickle expects an out-of-band buffer"
+                    f"stream {self._next_stream} is a splice where the pickle expects an out-of-band buffer"
                 )
             yield self.read_stream()
 
@@ -628,7 +720,7 @@ class RecordReader:
             raise ChecksumError("the trailer", offset, stored, computed)
         if footer_size != size or end_magic != fmt.END_MAGIC:
             raise CorruptError(f"the footer at offset {source.pos - fmt.FOOTER.size} does not match the trailer")
-        index = fmt.FrameIndex.decode(trailer, len(self.index))
+        index = fmt.FrameIndex.decode(trailer, len(self.index), authenticated=self._key is not None)
         if (index.offsets, index.csizes, index.checksums) != (
             self.index.offsets,
             self.index.csizes,
@@ -660,28 +752,45 @@ class RecordReader:
         if fmt.checksum(trailer, self._header_checksum) != stored:
             return None  # another record's footer (the checksum is seeded with our header's)
         index = fmt.FrameIndex.decode(trailer, fmt.total_frames(self.header.streams))
-        self._source.pos = end
+        self._source.seek(end)
         return index
 
     def _next(self) -> tuple[int, fmt.StreamInfo]:
         number = self._next_stream
         self._next_stream += 1
-        self._consumed += 1
         return number, self.header.streams[number]
 
     def _frame_name(self, number: int, chunk: int) -> str:
         stream = "the pickle stream" if number == 0 else f"buffer {number - 1}"
         return f"chunk {chunk} of {stream}"
 
-    def _run(self, info: fmt.StreamInfo, number: int, out: np.ndarray | None) -> None:
-        """Read the frames of a compressed stream; check (and decompress) them in the pool."""
+    def _run(self, info: fmt.StreamInfo, frames: Iterable[tuple]) -> None:
+        """Check (and decompress) the frames of a compressed stream in the pool."""
         sign = self._key is not None
-        first = len(self.index)
-        jobs = ((*frame, sign) for frame in self._read_frames(info, number, out))
-        for frame, digest in enumerate(map_ordered(_unpack_frame, jobs, info.nchunks, self._nthreads), start=first):
-            self._source.done(self.index.offsets[frame] + 2 * fmt.U64.size + self.index.csizes[frame])
+        jobs = ((*frame, sign) for frame in frames)
+        for digest in map_ordered(_unpack_frame, jobs, info.nchunks, self._nthreads):
             if sign:
                 self._digests.append(digest)
+
+    def _read_graph(self, info: fmt.StreamInfo) -> tuple[np.ndarray, list[tuple]]:
+        """Read every frame of the compressed pickle stream, then allocate where it
+        decompresses to; return that and the frames (:func:`unpack_chunk` arguments).
+
+        Raises:
+            LimitError: when the stream declares more than ``MAX_GRAPH_RATIO`` times its
+                stored size (before anything is allocated for it).
+        """
+        frames = list(self._read_frames(info, 0, None))
+        stored = sum(len(packed) for packed, *_ in frames)
+        if info.nbytes > stored * fmt.MAX_GRAPH_RATIO:
+            raise LimitError(
+                f"the pickle stream declares {info.nbytes} bytes stored in {stored}: "
+                f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
+            )
+        out = _allocate(info.nbytes, 0)
+        view = memoryview(out)
+        spans = zip(frames, info.chunk_spans(), strict=True)
+        return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in spans]
 
     def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray | None) -> Iterator[tuple]:
         source = self._source
@@ -700,7 +809,12 @@ class RecordReader:
             dst = None if out is None else memoryview(out).cast("B")[start:stop]
             yield packed, stored, seed, stop - start, dst, what, offset
 
-    def _read_raw(self, info: fmt.StreamInfo, number: int, keep: bool, into: memoryview | None = None) -> Any:
+    def _read_raw(
+        self, info: fmt.StreamInfo, number: int, keep: bool, into: memoryview | None = None, mappable: bool = False
+    ) -> Any:
+        """Read a raw stream into ``into``, or a new array (``keep``), or nowhere (to check it).
+        With ``mappable``, from a memory-mapped source, return a view of the map instead,
+        unchecked."""
         source = self._source
         if not info.nbytes:
             return np.empty(0, dtype=np.uint8) if into is None else into
@@ -712,14 +826,14 @@ class RecordReader:
         size = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
         if size != info.nbytes:
             raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
+        end = source.size()
+        if end is not None and size > end - source.pos:  # before allocating for it
+            raise TruncatedError(what, source.pos, size, end - source.pos)
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
         signer = hashlib.blake2b(digest_size=32) if self._key is not None else None
-        out = source.map(size, what) if keep and into is None else None
+        out = source.map(size, what) if mappable else None
         computed = None
-        if out is not None:  # memory-mapped: not read, so not checked (unless signed)
-            if signer is not None:
-                signer.update(out)
-        else:
+        if out is None:
             out = into if into is not None else _allocate(size if keep else min(size, _RAW_READ_SIZE), number)
             hasher = xxhash.xxh3_64(seed=seed)
             for start in range(0, size, _RAW_READ_SIZE):
@@ -729,7 +843,6 @@ class RecordReader:
                     else memoryview(out)[: min(_RAW_READ_SIZE, size - start)]
                 )
                 source.readinto(piece, what)
-                source.done(source.pos)  # a memory-mapped file's pages are dropped behind
                 hasher.update(piece)
                 if signer is not None:
                     signer.update(piece)

@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import io
+import struct
 
 import numpy as np
 import pytest
+from bombs import bomb, peak_allocated
 from conftest import NonSeekable
+from records import join, split
 
 import blpickle
+from blpickle import format as fmt
 
 
 def _object() -> dict:
@@ -108,3 +112,53 @@ def test_trailing_garbage_after_a_record_is_left_unread():
     out = io.BytesIO(RECORDS["compressed"] + b"garbage")
     assert _same(_object(), blpickle.load(out))
     assert out.read() == b"garbage"
+
+
+@pytest.mark.parametrize("stream", [0, 1])
+def test_small_records_declaring_huge_streams_of_zeros_allocate_little(stream):
+    """A pickle stream may declare at most MAX_GRAPH_RATIO times its stored size; inspect never
+    decompresses buffers."""
+    data = bomb(stream)  # 6 chunks of 64 MiB of zeros, 32 bytes each
+    assert len(data) < 1000
+    calls = [lambda: blpickle.inspect(data), lambda: blpickle.inspect(data, verify=False)]
+    if stream == 0:
+        calls.append(lambda: blpickle.loads(data))
+    for call in calls:
+
+        def run(call=call):
+            if stream == 0:
+                with pytest.raises(blpickle.LimitError, match="times its stored size"):
+                    call()
+            else:
+                call()
+
+        assert peak_allocated(run) < 4 << 20
+
+
+def test_raw_streams_declaring_more_than_the_input_holds_allocate_nothing():
+    nbytes = 800_000
+    parts = split(blpickle.dumps([np.ones(nbytes // 8)], codec=None))
+    parts.header["streams"][1]["nbytes"] = parts.header["streams"][1]["chunk_size"] = 1 << 34
+    data = bytearray(join(parts))
+    size_field = data.index(struct.pack("<Q", nbytes), len(data) - nbytes - 200)  # the raw frame's size
+    struct.pack_into("<Q", data, size_field, 1 << 34)
+
+    def load():
+        with pytest.raises(blpickle.TruncatedError, match="buffer 0"):
+            blpickle.loads(bytes(data))
+
+    assert peak_allocated(load) < 4 << 20
+
+
+def test_a_damaged_version_is_not_reported_as_a_newer_one():
+    data = bytearray(RECORDS["compressed"])
+    data[8] = 7  # the major version
+    with pytest.raises(blpickle.ChecksumError, match="header"):
+        blpickle.loads(bytes(data))
+    parts = split(RECORDS["compressed"])
+    newer = bytearray(join(parts))
+    newer[8] = 2
+    header_size = struct.unpack_from("<I", newer, 12)[0]
+    struct.pack_into("<Q", newer, 16 + header_size, fmt.checksum(bytes(newer[: 16 + header_size])))
+    with pytest.raises(blpickle.UnsupportedVersionError, match="upgrade"):
+        blpickle.loads(bytes(newer))

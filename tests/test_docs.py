@@ -3,8 +3,9 @@
 The blocks of one page run in order, as a reader pastes them one after the other, in an empty
 directory holding only the files the page says its reader already has (``GIVEN``): Python
 blocks in one namespace, and the ``blpickle ...`` lines of shell blocks through the command line
-(the other shell lines install things or run the benchmarks: the jobs of CI and bench/). A block that is not meant to run
-says so in its fence, with the reason: ``python {test="skip" reason="..."}``.
+(the other shell lines install things or run the benchmarks: the jobs of CI and bench/). A block
+that is not meant to run says so in its fence, with the reason:
+``python {test="skip" reason="..."}``.
 """
 
 from __future__ import annotations

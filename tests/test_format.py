@@ -1,10 +1,14 @@
 """The record layout: magic, header and trailer encoding and their validation."""
 
+import io
 import pickle
 
 import msgpack
+import numpy as np
 import pytest
+from bombs import peak_allocated
 from conftest import JOBLIB_PREFIXES
+from records import split
 
 import blpickle
 from blpickle import format as fmt
@@ -100,3 +104,147 @@ def test_stream_chunking():
 def test_raw_padding_aligns_payloads():
     for offset in range(200):
         assert (offset + fmt.raw_padding(offset) + fmt.U64.size) % fmt.ALIGNMENT == 0
+
+
+# Headers built to cost memory: each declares or nests far more than its bytes hold. 2 MiB
+# headers suffice, since what a header may cost is a multiple of its size (format.md, Limits).
+_SIZE = 2 << 20
+
+
+def _doc(**changes):
+    doc = msgpack.unpackb(_header())
+    doc.update(changes)
+    return doc
+
+
+def _raw(**encoded):
+    """Return a header whose fields are ``_doc()``'s, or these msgpack encodings."""
+    fields = {key: msgpack.packb(value) for key, value in _doc().items()} | encoded
+    return bytes([0x80 | len(fields)]) + b"".join(msgpack.packb(key) + value for key, value in fields.items())
+
+
+def _nested(depth):
+    return b"\x91" * depth + b"\x90"
+
+
+_STREAM = {"nbytes": 1000, "chunk_size": 1000, "itemsize": 1, "raw": False}
+HEADER_BOMBS = {
+    "options of empty lists": msgpack.packb(_doc(options={"x": [[]] * _SIZE})),
+    "options of 16-wide nested lists": msgpack.packb(_doc(options={"x": [[[[[]] * 16] * 16] * 16] * 16})),
+    "options nested deeply": _raw(options=b"\x81\xa1x" + _nested(1000)),
+    "options with many keys": msgpack.packb(_doc(options={str(i): 0 for i in range(_SIZE // 8)})),
+    "external unsorted": msgpack.packb(_doc(external=[300] * (_SIZE // 3))),
+    "external of empty lists": msgpack.packb(_doc(external=[[]] * _SIZE)),
+    "external of maps": msgpack.packb(_doc(external=[{}] * _SIZE)),
+    "stream maps nesting lists": msgpack.packb(_doc(streams=[{**_STREAM, "x": [[[]] * 15] * 15}] * 1000)),
+    "a stream map with many keys": msgpack.packb(_doc(streams=[{**_STREAM, **{str(i): 0 for i in range(_SIZE // 8)}}])),
+    "a header with many keys": msgpack.packb({str(i): 0 for i in range(_SIZE // 8)}),
+    "an unknown key nested too deeply": _raw(extra=_nested(100_000)),
+    "an array declaring 2**32-1 items": b"\x81\xa7options\xdd\xff\xff\xff\xff",
+    "a map declaring 2**32-1 items": b"\x81\xa7options\xdf\xff\xff\xff\xff",
+    "streams declaring 2**22": b"\x81\xa7streams\xdd\x00\x40\x00\x00" + msgpack.packb(_STREAM) * 1000,
+}
+
+
+@pytest.mark.parametrize("name", HEADER_BOMBS)
+def test_header_bombs_are_refused_within_a_multiple_of_their_size(name):
+    data = HEADER_BOMBS[name]
+    failed = []
+
+    def decode():
+        with pytest.raises(blpickle.CorruptError) as info:
+            fmt.Header.decode(data)
+        failed.append(info.value)
+
+    assert peak_allocated(decode) < fmt.HEADER_COST * len(data) + (1 << 20)
+    assert "header" in str(failed[0])
+
+
+HEADERS_THAT_COST = {
+    "external of many buffers": _doc(external=list(range(70_000, 70_000 + _SIZE // 5))),
+    "many stream maps": _doc(streams=[{**_STREAM, "dtype": "ab", "codec": "cd", "shape": [300] * 64}] * 8000),
+    "long strings": _doc(options={"x": "a" * _SIZE}, streams=[{**_STREAM, "dtype": "b" * _SIZE}]),
+    "unknown keys": _doc(extra=[[[[[]] * 30] * 30] * 30] * 30, streams=[{**_STREAM, "later": [[1, 2], {"a": [3]}]}]),
+}
+
+
+@pytest.mark.parametrize("name", HEADERS_THAT_COST)
+def test_valid_headers_cost_a_multiple_of_their_size(name):
+    data = msgpack.packb(HEADERS_THAT_COST[name])
+    decoded = []
+    assert peak_allocated(lambda: decoded.append(fmt.Header.decode(data))) < fmt.HEADER_COST * len(data) + (1 << 20)
+    assert len(decoded[0].streams) == len(HEADERS_THAT_COST[name]["streams"])
+    assert list(decoded[0].external) == HEADERS_THAT_COST[name]["external"]
+
+
+def test_header_structure_errors_say_what_is_wrong():
+    cases = [
+        ({"options": {"x": list(range(65))}}, "options.*65"),
+        ({"streams": [{**_STREAM, "shape": list(range(65))}]}, "stream 0.*65"),
+        ({"external": {"a": 1}}, "'external' must be an array"),
+        ({"external": [1, 1]}, "ascending"),
+        ({"external": [0, True]}, "integers"),
+    ]
+    for changes, message in cases:
+        with pytest.raises(blpickle.CorruptError, match=message):
+            fmt.Header.decode(msgpack.packb(_doc(**changes)))
+    doc = msgpack.packb(_doc())
+    twice = bytes([doc[0] + 1]) + doc[1:] + msgpack.packb("protocol") + msgpack.packb(5)
+    with pytest.raises(blpickle.CorruptError, match="'protocol' appears twice"):
+        fmt.Header.decode(twice)
+    with pytest.raises(blpickle.CorruptError, match="bytes after its end"):
+        fmt.Header.decode(doc + b"\x00")
+    with pytest.raises(blpickle.CorruptError, match="keys must be strings"):
+        fmt.Header.decode(bytes([doc[0] + 1]) + doc[1:] + msgpack.packb(1) + msgpack.packb(5))
+    assert fmt.Header.decode(msgpack.packb(_doc(later={"a": [1, 2]}))) == fmt.Header.decode(doc)
+
+
+@pytest.mark.slow
+def test_records_with_many_out_of_band_buffers_load():
+    arrays = [np.full(3, i, dtype=np.int32) for i in range(100_000)]
+    data = blpickle.dumps(arrays, codec=None)
+    assert len(split(data).header["streams"]) == 100_001
+    loaded = blpickle.loads(data)
+    assert len(loaded) == 100_000
+    assert all((a == b).all() for a, b in zip(arrays, loaded, strict=True))
+
+
+def test_dump_refuses_a_header_over_the_limit(monkeypatch):
+    monkeypatch.setattr(fmt, "MAX_HEADER_SIZE", 2000)
+    file = io.BytesIO()
+    with pytest.raises(blpickle.DumpError, match=r"header takes \d+ bytes .*over the 2000"):
+        blpickle.dump([np.zeros(3) for _ in range(100)], file, codec=None)
+    assert file.getvalue() == b""
+
+
+_INDEX = {"offsets": [24, 500, 900], "csizes": [100, 200, 300], "checksums": [1, 2, 3]}
+TRAILER_BOMBS = {
+    "arrays of empty lists": msgpack.packb({**_INDEX, "offsets": [[]] * _SIZE}),
+    "more entries than frames": msgpack.packb({**_INDEX, "csizes": [300] * (_SIZE // 3)}),
+    "negative integers": msgpack.packb({**_INDEX, "checksums": [-1, -2, -3]}),
+    "a signature of many maps": msgpack.packb({**_INDEX, "signature": [{}] * _SIZE}),
+    "a map declaring 2**32-1 items": b"\xdf\xff\xff\xff\xff",
+}
+
+
+@pytest.mark.parametrize("name", TRAILER_BOMBS)
+def test_trailer_bombs_are_refused_within_a_multiple_of_their_size(name):
+    data = TRAILER_BOMBS[name]
+
+    def decode():
+        with pytest.raises(blpickle.CorruptError, match="trailer"):
+            fmt.FrameIndex.decode(data, 3)
+
+    assert peak_allocated(decode) < fmt.HEADER_COST * len(data) + (1 << 20)
+
+
+def test_trailers_cost_a_multiple_of_their_size():
+    nframes = _SIZE // 20
+    index = fmt.FrameIndex(list(range(1 << 32, (1 << 32) + nframes)), [300] * nframes, [2**64 - 1] * nframes)
+    data = msgpack.packb({**msgpack.unpackb(index.encode()), "later": [[[[]] * 30] * 30] * 30})
+    decoded = []
+    peak = peak_allocated(lambda: decoded.append(fmt.FrameIndex.decode(data, nframes)))
+    assert peak < fmt.HEADER_COST * len(data) + (1 << 20)
+    assert decoded[0] == index
+    with pytest.raises(blpickle.CorruptError, match="'later' is outside the signature"):
+        fmt.FrameIndex.decode(data, nframes, authenticated=True)

@@ -5,7 +5,7 @@ every parametrization of the test. Kinds:
 
 - ``skip``: cannot hold for any container format (the test searches the pickle bytes for a
   name, or hands them to plain pickle), or cannot run from the installed wheel: skipped;
-- ``xfail``: a known blpickle defect (issue 14 item N): ``xfail(strict=True)``, so the run
+- ``xfail``: a known blpickle defect, with its issue: ``xfail(strict=True)``, so the run
   fails once it is fixed, and the entry goes;
 - ``may-skip``: the suite itself skips the test in some environments; where it runs, it
   must pass.
@@ -27,10 +27,6 @@ def _cannot_hold(reason: str) -> Expectation:
     return Expectation("skip", f"cannot hold for any container format: {reason}")
 
 
-def _defect(item: int, what: str) -> Expectation:
-    return Expectation("xfail", f"issue 14 item {item}: {what}")
-
-
 _DTYPE_TEXT = _cannot_hold("asserts b'dtype' in the pickle bytes, which blpickle compresses")
 _MODULE_TEXT = _cannot_hold(
     "asserts numpy's module names in the pickle bytes, which blpickle compresses "
@@ -45,7 +41,6 @@ _HAND_MADE_PICKLE = _cannot_hold(
     "with pandas' pure-Python unpickler"
 )
 _LEGACY_DATA = Expectation("skip", "reads pandas/tests/io/data/legacy_pickle, which the pandas wheel does not ship")
-_COMPRESSED_FILES = _defect(1, "load from gzip/bz2/lzma file objects maps the compressed file underneath")
 
 EXPECTED: dict[str, Expectation] = {
     # numpy/_core/tests
@@ -68,22 +63,6 @@ EXPECTED: dict[str, Expectation] = {
     "pandas/tests/io/test_pickle.py::test_unpickle_legacy_timestamp_aware_input": _HAND_MADE_PICKLE,
     "pandas/tests/io/test_pickle.py::test_unpickle_timestamp_by_component": _HAND_MADE_PICKLE,
     "pandas/tests/io/test_pickle.py::test_read_pickle_legacy_timestamp_keeps_tz": _HAND_MADE_PICKLE,
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_explicit[gzip]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_explicit[bz2]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_explicit[xz]": _COMPRESSED_FILES,
-    # compression_ext2 to 5, 8 and 9: .gz .GZ .bz2 .BZ2 .xz .XZ (pandas/tests/io/conftest.py)
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext2]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext3]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext4]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext5]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext8]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::TestCompression::test_read_infer[compression_ext9]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::test_pickle_big_dataframe_compression[gzip-4]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::test_pickle_big_dataframe_compression[gzip-5]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::test_pickle_big_dataframe_compression[bz2-4]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::test_pickle_big_dataframe_compression[bz2-5]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::test_pickle_big_dataframe_compression[xz-4]": _COMPRESSED_FILES,
-    "pandas/tests/io/test_pickle.py::test_pickle_big_dataframe_compression[xz-5]": _COMPRESSED_FILES,
     # joblib/test/test_numpy_pickle.py
     "joblib/test/test_numpy_pickle.py::test_numpy_persistence": _JOBLIB_OBJECT_ARRAYS,
     "joblib/test/test_numpy_pickle.py::test_memmap_persistence": _JOBLIB_OBJECT_ARRAYS,

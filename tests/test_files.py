@@ -1,0 +1,240 @@
+"""Files on disk: what is read or mapped, where dump writes, and what errors name."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import stat
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import blpickle
+
+OBJECT = {"array": np.arange(50_000, dtype="f8"), "text": "x" * 100}
+
+
+def _same(actual: object) -> bool:
+    return isinstance(actual, dict) and np.array_equal(actual["array"], OBJECT["array"]) and actual["text"] == "x" * 100
+
+
+@pytest.mark.parametrize("opener", [gzip.open, bz2.open, lzma.open])
+@pytest.mark.parametrize("codec", ["zstd", None])
+def test_load_reads_compressed_file_objects(tmp_path, opener, codec):
+    """Their fileno() is the compressed file underneath: it must not be mapped or read."""
+    path = tmp_path / "data.blp.x"
+    with opener(path, "wb") as f:
+        blpickle.dump(OBJECT, f, codec=codec)
+        blpickle.dump([1, 2], f)
+    for mmap_mode in (None, "r"):
+        with opener(path, "rb") as f:
+            assert _same(blpickle.load(f, mmap_mode=mmap_mode))
+            assert blpickle.load(f) == [1, 2]
+    with opener(path, "rb") as f:
+        assert blpickle.inspect(f).buffers[0].nbytes == OBJECT["array"].nbytes
+
+
+CHANGE_DURING_LOAD = r"""
+import os, sys
+import blpickle
+from blpickle import format as fmt
+
+call, change, path = sys.argv[1:]
+decode = fmt.Header.decode.__func__
+
+
+def decode_then_change(cls, data):
+    header = decode(cls, data)
+    if change == "truncate":
+        os.truncate(path, 4096)
+    else:
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) - (1 << 20))  # inside the last buffer's data
+            f.write(bytes(4096))
+    return header
+
+
+fmt.Header.decode = classmethod(decode_then_change)
+try:
+    if call == "load":
+        blpickle.load(path)
+    else:
+        blpickle.inspect(path, verify=call == "inspect")  # or "inspect-unverified"
+except blpickle.LoadError as exc:
+    print(type(exc).__name__)
+"""
+
+
+@pytest.mark.parametrize("codec", ["lz4", None])
+@pytest.mark.parametrize(
+    ("call", "change", "error"),
+    [
+        ("load", "truncate", "TruncatedError"),
+        ("load", "rewrite", "ChecksumError"),
+        ("inspect", "truncate", "TruncatedError"),
+        ("inspect", "rewrite", "ChecksumError"),
+        ("inspect-unverified", "truncate", "TruncatedError"),  # reads the trailer from the end
+    ],
+)
+def test_a_file_changed_during_a_load_raises_a_load_error(tmp_path, codec, call, change, error):
+    """Without mmap_mode the file is read, never mapped: a file that shrinks meanwhile is an
+    error, not a SIGBUS (so this runs in a subprocess)."""
+    path = str(tmp_path / "data.blp")
+    rng = np.random.default_rng(3)
+    blpickle.dump([rng.random(1 << 18), rng.random(1 << 18)], path, codec=codec)
+    result = subprocess.run(
+        [sys.executable, "-c", CHANGE_DURING_LOAD, call, change, path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (result.returncode, result.stdout.strip()) == (0, error), result.stderr
+
+
+def test_with_mmap_mode_the_object_graph_is_still_checked(tmp_path):
+    path = tmp_path / "data.blp"
+    blpickle.dump({"a": np.arange(100_000.0), "label": "marker-0123456789"}, path, codec=None)
+    data = bytearray(path.read_bytes())
+    data[data.index(b"marker-0123456789") + 7] ^= 1  # inside the pickle stream (stream 0)
+    path.write_bytes(data)
+    for mmap_mode in ("r", "c", None):
+        with pytest.raises(blpickle.ChecksumError, match="the pickle stream"):
+            blpickle.load(path, mmap_mode=mmap_mode)
+
+
+@pytest.mark.parametrize("prefix", [0, 4, 64 + 8])
+def test_mapped_arrays_are_aligned_wherever_the_record_starts(tmp_path, prefix):
+    """Raw payloads are aligned from the record start: a record that does not start at a
+    multiple of 64 in its file gives copies, not misaligned views of the map."""
+    path = tmp_path / "data.blp"
+    with open(path, "wb") as f:
+        f.write(b"x" * prefix)
+        blpickle.dump({"f8": np.arange(10_000.0), "c16": np.arange(5_000, dtype="c16")}, f, codec=None)
+    with open(path, "rb") as f:
+        f.seek(prefix)
+        loaded = blpickle.load(f, mmap_mode="r")
+    for name, array in loaded.items():
+        assert array.flags.aligned, name
+        mapped = not array.flags.writeable
+        assert mapped == (prefix % 64 == 0)
+        if mapped:
+            assert array.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(array, np.arange(array.size, dtype=array.dtype))
+
+
+def _read_fifo(path, out: list) -> threading.Thread:
+    def read() -> None:
+        with open(path, "rb") as f:
+            out.append(f.read())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    return reader
+
+
+@pytest.mark.parametrize("through_symlink", [False, True])
+def test_dump_writes_into_a_fifo_in_place(tmp_path, through_symlink):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    target = fifo
+    if through_symlink:
+        target = tmp_path / "link"
+        target.symlink_to(fifo)
+    received: list[bytes] = []
+    reader = _read_fifo(fifo, received)
+    blpickle.dump(OBJECT, target)
+    reader.join()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.path.islink(target) == through_symlink
+    assert _same(blpickle.loads(received[0]))
+    assert sorted(os.listdir(tmp_path)) == sorted({"fifo", target.name})
+
+
+def test_dump_writes_into_devices_in_place(tmp_path):
+    device = "/dev/null"
+    if os.geteuid() == 0:  # root could replace the system's /dev/null should this regress: use a twin
+        device = str(tmp_path / "null")
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    before = os.stat(device)
+    blpickle.dump(OBJECT, device)
+    after = os.stat(device)
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+
+
+def test_regular_files_are_replaced_after_an_fsync(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", stat.S_ISREG(os.fstat(fd).st_mode))))
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda *paths: (calls.append(("replace", None)), replace(*paths)))
+    blpickle.dump(OBJECT, tmp_path / "data.blp")
+    assert calls == [("fsync", True), ("replace", None), ("fsync", False)]  # the file, then its directory
+
+
+def test_paths_expand_the_home_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    blpickle.dump(OBJECT, "~/data.blp")
+    assert (tmp_path / "data.blp").exists()
+    assert _same(blpickle.load("~/data.blp"))
+    assert blpickle.inspect("~/data.blp").buffers[0].nbytes == OBJECT["array"].nbytes
+
+
+def test_errors_name_the_users_path_never_a_temporary_file(tmp_path):
+    missing = str(tmp_path / "no such directory" / "data.blp")
+    with pytest.raises(FileNotFoundError) as info:
+        blpickle.dump(OBJECT, missing)
+    assert info.value.filename == missing and "blpickle-tmp" not in str(info.value)
+    with pytest.raises(FileNotFoundError) as info:
+        blpickle.load(missing)
+    assert info.value.filename == missing
+    (tmp_path / "a directory").mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        blpickle.dump(OBJECT, tmp_path / "a directory")
+    assert info.value.filename == str(tmp_path / "a directory")
+    damaged = tmp_path / "damaged.blp"
+    damaged.write_bytes(blpickle.dumps(OBJECT)[:100])
+    for call in (blpickle.load, blpickle.inspect):
+        with pytest.raises(blpickle.TruncatedError) as info:
+            call(damaged)
+        assert f"file: {damaged}" in info.value.__notes__
+
+
+WRITER = r"""
+import sys, time
+from blpickle.files import atomic_write
+
+with atomic_write(sys.argv[1]) as f:
+    f.write(b"partial")
+    print("writing", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_temporary_files_of_dead_writers_are_removed(tmp_path):
+    """Each writer holds a lock on its temporary file: an unlocked one is a dead writer's."""
+    path = tmp_path / "data.blp"
+
+    def start_writer() -> subprocess.Popen:
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+        assert writer.stdout.readline() == "writing\n"
+        return writer
+
+    def temporaries() -> set[str]:
+        return {name for name in os.listdir(tmp_path) if name.endswith(".blpickle-tmp")}
+
+    with start_writer() as dead:
+        dead.kill()
+    left_by_the_dead = temporaries()
+    assert len(left_by_the_dead) == 1
+    with start_writer() as alive:
+        try:
+            being_written = temporaries() - left_by_the_dead
+            blpickle.dump(OBJECT, path)
+            assert temporaries() == being_written  # the dead writer's is gone, the live one's stays
+            assert _same(blpickle.load(path))
+        finally:
+            alive.kill()
