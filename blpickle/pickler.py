@@ -30,6 +30,7 @@ from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, Optio
 from .files import atomic_write, is_path
 from .layout import PickleFile, open_pickle
 from .options import Options, resolve_options
+from .restricted import RestrictedUnpickler
 from .safe import Policy
 from .stream import (
     FileSource,
@@ -376,9 +377,12 @@ class Unpickler(pickle.Unpickler):
                     mapped.close()
 
     def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
-        """Run the C unpickler on ``file`` with a fresh state, keeping this object's overrides
-        (``find_class``, ``persistent_load``) and attributes. (Re-initialising a C Unpickler
-        that has already loaded crashes CPython, so each load gets a clone.)"""
+        """Unpickle ``file``: in safe mode with the :class:`RestrictedUnpickler`, else with
+        the C unpickler with a fresh state, keeping this object's overrides (``find_class``,
+        ``persistent_load``) and attributes. (Re-initialising a C Unpickler that has already
+        loaded crashes CPython, so each load gets a clone.)"""
+        if self._policy is not None:
+            return RestrictedUnpickler(file, self._policy, buffers=buffers, **self._settings).load()
         clone = pickle.Unpickler.__new__(type(self))
         clone.__dict__.update(self.__dict__)
         pickle.Unpickler.__init__(clone, file, buffers=buffers, **self._settings)
