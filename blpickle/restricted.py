@@ -30,6 +30,7 @@ import importlib
 import math
 import pickle
 import struct
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -51,6 +52,7 @@ _MAX_CODE = 64
 #: The ``flags`` bit of a dtype state that marks an aligned struct (numpy's NPY_ALIGNED_STRUCT).
 _ALIGNED_STRUCT = 0x80
 _DATETIME_UNITS = frozenset({"Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as", "generic"})
+_NATIVE = "<" if sys.byteorder == "little" else ">"
 _BYTE_ORDERS = frozenset({"<", ">", "=", "|"})
 # numpy's reconstructors, as the names SAFE_GLOBALS allows for them resolve
 _RECONSTRUCT = importlib.import_module("numpy._core.multiarray")._reconstruct
@@ -306,6 +308,8 @@ class RestrictedUnpickler:
             if isinstance(result, _Pending):
                 self._pending += 1
             return result
+        if not callable(func):
+            raise CorruptError(f"the pickle calls a {type(func).__name__}, which is not callable")
         if isinstance(func, type) and _builtin(func):
             raise UnsafeLoadError(func.__module__, func.__qualname__, "safe mode does not call it directly")
         try:
@@ -797,6 +801,13 @@ def _call_bytearray(args: tuple[Any, ...]) -> bytearray:
     return bytearray(*args)
 
 
+def _call_bytes(args: tuple[Any, ...]) -> bytes:
+    _arity(args, 0, 1, "bytes")
+    if args and not isinstance(args[0], (bytes, bytearray)):
+        raise CorruptError(f"bytes() takes bytes in safe mode, not {type(args[0]).__name__}")
+    return bytes(*args)
+
+
 def _latin1(args: tuple[Any, ...]) -> bytes:
     """``str.encode`` of ``(text, "latin1")``, the way protocols 0-2 write bytes."""
     _arity(args, 2, 2, "encode")
@@ -865,6 +876,7 @@ def _refuse_ndarray(args: tuple[Any, ...]) -> None:
 _CHECKED_CALLS: dict[Any, Callable[[tuple[Any, ...]], Any]] = {
     set: _call_collection(set),
     frozenset: _call_collection(frozenset),
+    bytes: _call_bytes,
     bytearray: _call_bytearray,
     complex: _call_numbers(complex),
     slice: _call_numbers(slice),
@@ -918,7 +930,7 @@ def _rebuild_dtype(args: tuple[Any, ...], state: Any) -> np.dtype:
         else:
             dtype = base
         if endian in "<>=" and names is None and subarray is None:
-            dtype = dtype.newbyteorder(endian)
+            dtype = dtype.newbyteorder("=" if endian == _NATIVE else endian)
         if metadata is not None:
             dtype = np.dtype(dtype, metadata=metadata)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -997,6 +1009,7 @@ def _rebuild_array(state: Any) -> np.ndarray:
         raise CorruptError(f"a numpy array's state must hold a dtype and a flag, not {dtype!r:.80}, {fortran!r:.80}")
     order = "F" if fortran else "C"
     count = math.prod(shape)
+    native = dtype.newbyteorder("=") if dtype.byteorder in "<>" and not dtype.isnative else dtype
     try:
         if dtype.hasobject:
             return _object_array(shape, dtype, order, data, count)
@@ -1008,8 +1021,10 @@ def _rebuild_array(state: Any) -> np.ndarray:
         if view.nbytes != nbytes:
             raise CorruptError(f"an array of shape {shape} and dtype {dtype} needs {nbytes} bytes, its data holds {view.nbytes}")
         if not nbytes:
-            return np.empty(shape, dtype, order)
+            return np.empty(shape, native, order)
         array = np.frombuffer(view, dtype=dtype).reshape(shape, order=order)
+        if native is not dtype:  # numpy's __setstate__ swaps the data to native byte order
+            return array.astype(native, order="K")
         return array if not view.readonly else array.copy(order="K")
     except (TypeError, ValueError, OverflowError) as exc:
         raise CorruptError(f"numpy refuses the array of shape {shape} and dtype {dtype}: {exc}") from None
