@@ -32,7 +32,7 @@ import pickle
 import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,7 +65,7 @@ _BUILTIN_MODULES = ("builtins", "numpy")
 class _Pending:
     """A dtype or array made by ``REDUCE``, waiting for its state (``BUILD``)."""
 
-    __slots__ = ("kind", "args", "keys")
+    __slots__ = ("args", "keys", "kind")
 
     def __init__(self, kind: str, args: tuple[Any, ...]) -> None:
         self.kind, self.args = kind, args
@@ -614,7 +614,9 @@ class RestrictedUnpickler:
         cls = items[0] if items else None
         module = getattr(cls, "__module__", "?")
         name = getattr(cls, "__qualname__", repr(cls))
-        raise UnsafeLoadError(str(module), str(name), "safe mode does not load the OBJ opcode (Python 3 never writes it)")
+        raise UnsafeLoadError(
+            str(module), str(name), "safe mode does not load the OBJ opcode (Python 3 never writes it)"
+        )
 
     def _persid(self) -> None:
         raise CorruptError("safe mode does not load persistent IDs (PERSID, BINPERSID)")
@@ -902,7 +904,9 @@ def _rebuild_dtype(args: tuple[Any, ...], state: Any) -> np.dtype:
         CorruptError: for a state that is not one numpy writes, or that numpy's constructor refuses.
     """
     if not isinstance(state, tuple) or len(state) not in (8, 9) or state[0] not in (3, 4):
-        raise CorruptError(f"a numpy dtype's state must be a tuple of 8 or 9 items of version 3 or 4, not {state!r:.120}")
+        raise CorruptError(
+            f"a numpy dtype's state must be a tuple of 8 or 9 items of version 3 or 4, not {state!r:.120}"
+        )
     endian, subarray, names, fields, elsize, _alignment, flags = state[1:8]
     extra = state[8] if len(state) == 9 else None
     base = np.dtype(args[0])
@@ -1007,7 +1011,7 @@ def _rebuild_array(state: Any) -> np.ndarray:
         raise CorruptError(f"a numpy array's shape must be a tuple of sizes, not {shape!r:.80}")
     if not isinstance(dtype, np.dtype) or type(fortran) not in (bool, int):
         raise CorruptError(f"a numpy array's state must hold a dtype and a flag, not {dtype!r:.80}, {fortran!r:.80}")
-    order = "F" if fortran else "C"
+    order: Literal["C", "F"] = "F" if fortran else "C"
     count = math.prod(shape)
     native = dtype.newbyteorder("=") if dtype.byteorder in "<>" and not dtype.isnative else dtype
     try:
@@ -1019,7 +1023,9 @@ def _rebuild_array(state: Any) -> np.ndarray:
         except TypeError:
             raise CorruptError(f"a numpy array's data must be bytes-like, not {type(data).__name__}") from None
         if view.nbytes != nbytes:
-            raise CorruptError(f"an array of shape {shape} and dtype {dtype} needs {nbytes} bytes, its data holds {view.nbytes}")
+            raise CorruptError(
+                f"an array of shape {shape} and dtype {dtype} needs {nbytes} bytes, its data holds {view.nbytes}"
+            )
         if not nbytes:
             return np.empty(shape, native, order)
         array = np.frombuffer(view, dtype=dtype).reshape(shape, order=order)
@@ -1030,7 +1036,9 @@ def _rebuild_array(state: Any) -> np.ndarray:
         raise CorruptError(f"numpy refuses the array of shape {shape} and dtype {dtype}: {exc}") from None
 
 
-def _object_array(shape: tuple[int, ...], dtype: np.dtype, order: str, items: Any, count: int) -> np.ndarray:
+def _object_array(
+    shape: tuple[int, ...], dtype: np.dtype, order: Literal["C", "F"], items: Any, count: int
+) -> np.ndarray:
     """An array of a dtype that holds objects, from the list of its items in C order."""
     if type(items) is not list or len(items) != count:
         raise CorruptError(f"an object array of shape {shape} needs a list of {count} items")
@@ -1039,4 +1047,3 @@ def _object_array(shape: tuple[int, ...], dtype: np.dtype, order: str, items: An
         flat[i] = item
     array = flat.reshape(shape)
     return np.asfortranarray(array) if order == "F" else array
-

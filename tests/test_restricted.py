@@ -3,6 +3,7 @@ are refused, everything legitimate loads as pickle loads it, malformed input giv
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import subprocess
@@ -54,15 +55,21 @@ CRASHES = {
     "field offset past the item size": _dtype("V8", (3, "|", None, ("a",), {"a": (F8, 1 << 20)}, 8, 1, 16)),
     "field offset negative": _dtype("V8", (3, "|", None, ("a",), {"a": (F8, -8)}, 8, 1, 16)),
     "field running past the item size": _dtype("V8", (3, "|", None, ("a",), {"a": (F8, 4)}, 8, 1, 16)),
-    "overlapping object fields": _dtype("V16", (3, "|", None, ("a", "b"), {"a": (OBJECT_PAIR, 0), "b": (F8, 0)}, 16, 1, 63)),
+    "overlapping object fields": _dtype(
+        "V16", (3, "|", None, ("a", "b"), {"a": (OBJECT_PAIR, 0), "b": (F8, 0)}, 16, 1, 63)
+    ),
     "subarray larger than the item size": _dtype("V8", (3, "|", (F8, (1000,)), None, None, 8, 8, 0)),
     "field names not in the fields": _dtype("V8", (3, "|", None, ("a",), {"b": (F8, 0)}, 8, 1, 16)),
+    "datetime of an unknown unit": _dtype("M8", (4, "<", None, None, None, -1, -1, 0, (None, (b"eons", 1, 1, 1)))),
+    "datetime count out of range": _dtype("M8", (4, "<", None, None, None, -1, -1, 0, (None, (b"s", 1 << 40, 1, 1)))),
     "array data shorter than its shape": _array((1, (1000, 1000), F8, False, b"\0" * 8)),
     "object array from raw bytes": _array((1, (2,), np.dtype(object), False, b"\1" * 16)),
     "object fields from raw bytes": _array((1, (1,), OBJECT_PAIR, False, b"\1" * 16)),
     "scalar of object fields from raw bytes": Reduces(_scalar, (OBJECT_PAIR, b"\1" * 16)),
     "scalar shorter than its dtype": Reduces(_scalar, (F8, b"\1")),
-    "state set on a rebuilt array": Reduces(rebuild_ndarray, (bytearray(8), F8, (1,), "C"), (1, (1000,), F8, False, b"")),
+    "state set on a rebuilt array": Reduces(
+        rebuild_ndarray, (bytearray(8), F8, (1,), "C"), (1, (1000,), F8, False, b"")
+    ),
     "state set on a numpy scalar": Reduces(_scalar, (F8, b"\0" * 8), (None, b"")),
 }
 
@@ -104,11 +111,10 @@ def test_records_refuse_the_same_states():
 
 # -- legitimate objects load as pickle loads them -------------------------------------------
 
+CODES = ["?", "b", "B", "<i2", ">i2", "=u4", ">i8", "<f2", ">f4", "f8", "g", ">c8", "c16", "G", "O", "S0", "S7"]
+CODES += ["<U0", ">U5", "V0", "V9", "M8", ">M8[D]", "<m8[3us]", "M8[Y]", "m8[as]", "M8[15m]"]
 DTYPES = [
-    np.dtype(code)
-    for code in ["?", "b", "B", "<i2", ">i2", "=u4", ">i8", "<f2", ">f4", "f8", "g", ">c8", "c16", "G", "O", "S0", "S7"]
-    + ["<U0", ">U5", "V0", "V9", "M8", ">M8[D]", "<m8[3us]", "M8[Y]", "m8[as]", "M8[15m]"]
-] + [
+    *map(np.dtype, CODES),
     np.dtype([("a", "<i4"), ("b", ">f8")]),
     np.dtype([("a", "u1"), ("b", "f8"), ("c", "i2")], align=True),
     np.dtype([("outer", [("x", ">i2"), ("y", "f4", (2, 3))]), ("z", "S3")]),
@@ -201,9 +207,7 @@ def test_numpy_scalars_load_as_pickle_loads_them(protocol):
 
 
 @settings(deadline=None)
-@given(
-    dtype=dtypes, shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6), protocol=st.integers(0, 5)
-)
+@given(dtype=dtypes, shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6), protocol=st.integers(0, 5))
 def test_drawn_arrays_load_as_pickle_loads_them(dtype, shape, protocol):
     array = np.zeros(shape, dtype)
     expected = pickle.loads(pickle.dumps(array, protocol))
@@ -312,15 +316,16 @@ def test_every_truncation_is_a_load_error(protocol):
 
 
 @settings(deadline=None, max_examples=300)
-@given(protocol=st.integers(0, 5), flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), min_size=1, max_size=4))
+@given(
+    protocol=st.integers(0, 5),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), min_size=1, max_size=4),
+)
 def test_damaged_pickles_give_load_errors_only(protocol, flips):
     data = bytearray(pickle.dumps(SAMPLE, protocol))
     for position, mask in flips:
         data[position % len(data)] ^= mask
-    try:
+    with contextlib.suppress(blpickle.LoadError):
         blpickle.loads(bytes(data), safe=True)
-    except blpickle.LoadError:
-        pass
 
 
 MALFORMED = {
@@ -346,7 +351,6 @@ MALFORMED = {
     b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x03f8x\x85R.": "data type",
     b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02f8\x85R.": "state",
     b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02f8\x85R\x94h\x00.": "recursive",
-    b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02f8\x85R(K\x04\x8c\x01<NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00NtN.": "datetime|state|.*",
 }
 
 
@@ -358,7 +362,7 @@ def test_malformed_pickles_are_load_errors(data):
 
 def test_opcodes_python_3_never_writes_are_refused():
     for data in (b"(S'x'\nibuiltins\nset\n.", b"(cbuiltins\nset\no."):
-        with pytest.raises(blpickle.UnsafeLoadError, match="INST|OBJ"):
+        with pytest.raises(blpickle.UnsafeLoadError, match=r"INST|OBJ"):
             blpickle.loads(data, safe=True)
 
 
@@ -374,7 +378,7 @@ class WithState:
 
 
 class WithSlots:
-    __slots__ = ("a", "__dict__")
+    __slots__ = ("__dict__", "a")
 
     def __init__(self):
         self.a = 1
@@ -388,7 +392,9 @@ class Listish(list):
 def test_allowed_types_are_rebuilt_as_pickle_does():
     for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
         obj = [WithState(), Listish([1, 2]), {"k": WithSlots()} if protocol >= 2 else {}]  # slots need 2
-        loaded = blpickle.loads(pickle.dumps(obj, protocol), allowed=["test_restricted.*", "copyreg.*", "builtins.object", "builtins.list"])
+        loaded = blpickle.loads(
+            pickle.dumps(obj, protocol), allowed=["test_restricted.*", "copyreg.*", "builtins.object", "builtins.list"]
+        )
         assert loaded[0].__dict__ == {"x": [1, 2], "restored": True}
         assert type(loaded[1]) is Listish and loaded[1] == [1, 2]
         if protocol >= 2:
