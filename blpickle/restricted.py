@@ -131,20 +131,26 @@ class _Input:
         self._frame, self._pos = b"", 0
 
     def _read_file(self, n: int) -> bytes:
+        """Read ``n`` bytes from the file, in pieces (files may return short reads, and a
+        size the pickle declares is not allocated before the data is there).
+
+        Raises:
+            TruncatedError: when the file ends first.
+        """
         self._leave_frame()
-        if n <= _READ_PIECE:
-            data = self._file.read(n)
-        else:
-            pieces, left = [], n
+        data = self._file.read(min(n, _READ_PIECE))
+        if data is None:
+            data = b""
+        if len(data) < n:
+            pieces = [data]
+            left = n - len(data)
             while left:
                 piece = self._file.read(min(left, _READ_PIECE))
                 if not piece:
-                    break
+                    raise TruncatedError("the pickle stream", self.offset, n, n - left)
                 pieces.append(piece)
                 left -= len(piece)
             data = b"".join(pieces)
-        if len(data) != n:
-            raise TruncatedError("the pickle stream", self.offset, n, len(data))
         self.offset += n
         return bytes(data)
 

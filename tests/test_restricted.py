@@ -12,7 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import assert_same_array
+from conftest import NonSeekable, assert_same_array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -415,3 +415,12 @@ def test_errors_of_allowed_code_pass_through_unchanged():
         blpickle.loads(data, allowed=[explode])
     with pytest.raises(Boom):
         RestrictedUnpickler(io.BytesIO(data), Policy([explode])).load()
+
+
+def test_short_reads_of_a_stream_are_completed():
+    data = pickle.dumps({"a": np.arange(1000), "b": b"x" * 5000}, 5) + pickle.dumps([1], 0)
+    stream = NonSeekable(data, max_read=7)
+    loaded = blpickle.load(stream, safe=True)
+    np.testing.assert_array_equal(loaded["a"], np.arange(1000))
+    assert loaded["b"] == b"x" * 5000
+    assert blpickle.load(stream, safe=True) == [1]
