@@ -87,14 +87,16 @@ class _Input:
         self._file = file
         self._frame = b""
         self._pos = 0  # in the frame
+        self._end = 0  # the frame's size
         self.offset = 0  # of the frame's start (or of the file's position) in the stream
 
     def read(self, n: int) -> bytes:
-        frame, pos = self._frame, self._pos
+        pos = self._pos
         end = pos + n
-        if end <= len(frame):
+        if end <= self._end:
             self._pos = end
-            return frame[pos:end]
+            return self._frame[pos:end]
+        frame = self._frame
         if pos < len(frame):
             raise CorruptError(
                 f"the pickle reads {n} bytes at offset {self.offset + pos}, past the end of its frame "
@@ -123,12 +125,12 @@ class _Input:
             raise CorruptError(f"a frame starts at offset {self.offset + self._pos}, inside the previous frame")
         self._leave_frame()
         self._frame = self._read_file(n)
-        self._pos = 0
+        self._pos, self._end = 0, n
         self.offset -= n
 
     def _leave_frame(self) -> None:
         self.offset += len(self._frame)
-        self._frame, self._pos = b"", 0
+        self._frame, self._pos, self._end = b"", 0, 0
 
     def _read_file(self, n: int) -> bytes:
         """Read ``n`` bytes from the file, in pieces (files may return short reads, and a
@@ -175,6 +177,7 @@ class RestrictedUnpickler:
         buffers: Iterable[Any] | None = None,
     ) -> None:
         self._input = _Input(file)
+        self._read = self._input.read
         self._policy = policy
         self._fix_imports = fix_imports
         self._encoding, self._errors = encoding, errors
@@ -215,15 +218,14 @@ class RestrictedUnpickler:
             ) from exc
 
     def _run(self) -> Any:
-        read = self._input.read
-        dispatch = _DISPATCH
+        read, table, stop = self._read, _DISPATCH, pickle.STOP[0]
         while True:
             code = read(1)
             if not code:
                 raise TruncatedError("the pickle stream", self._input.offset, 1, 0)
-            if code == pickle.STOP:
+            if code[0] == stop:
                 return self._stop()
-            handler = dispatch.get(code[0])
+            handler = table[code[0]]
             if handler is None:
                 raise CorruptError(
                     f"opcode {code!r} at offset {self._input.offset - 1} is not a pickle opcode safe mode loads"
@@ -254,9 +256,6 @@ class RestrictedUnpickler:
         if size < 0:
             raise CorruptError(f"negative size {size} near offset {self._input.offset}")
         return size
-
-    def _read(self, n: int) -> bytes:
-        return self._input.read(n)
 
     def _line(self) -> bytes:
         return self._input.readline()[:-1]
@@ -578,7 +577,10 @@ class RestrictedUnpickler:
         self._memo_put(int.from_bytes(self._read(4), "little"))
 
     def _memoize(self) -> None:
-        self._memo_put(len(self._memo))
+        value = self._stack[-1]
+        if type(value) is _Pending:
+            value.keys.append(len(self._memo))
+        self._memo[len(self._memo)] = value
 
     def _global(self) -> None:
         module = self._line().decode("utf-8")
@@ -667,7 +669,7 @@ def _opcode(name: str) -> int:
     return getattr(pickle, name)[0]
 
 
-_DISPATCH: dict[int, Callable[[RestrictedUnpickler], None]] = {
+_HANDLERS: dict[int, Callable[[RestrictedUnpickler], None]] = {
     _opcode(name): handler
     for name, handler in {
         "PROTO": RestrictedUnpickler._proto_op,
@@ -739,6 +741,8 @@ _DISPATCH: dict[int, Callable[[RestrictedUnpickler], None]] = {
         "BINPERSID": RestrictedUnpickler._persid,
     }.items()
 }
+#: The handler of each opcode byte (None: not an opcode safe mode loads).
+_DISPATCH: list[Callable[[RestrictedUnpickler], None] | None] = [_HANDLERS.get(code) for code in range(256)]
 
 
 def _pairs(items: list[Any], target: dict[Any, Any]) -> dict[Any, Any]:
