@@ -315,8 +315,6 @@ class RestrictedUnpickler:
             return result
         if not callable(func):
             raise CorruptError(f"the pickle calls a {type(func).__name__}, which is not callable")
-        if isinstance(func, type) and _builtin(func):
-            raise UnsafeLoadError(func.__module__, func.__qualname__, "safe mode does not call it directly")
         try:
             return func(*args, **(kwargs or {}))
         except Exception as exc:
@@ -325,7 +323,7 @@ class RestrictedUnpickler:
     def _newobj(self, cls: Any, args: Any, kwargs: Any = None) -> Any:
         if not isinstance(cls, type):
             raise CorruptError(f"NEWOBJ needs a class, not {cls!r}")
-        if _builtin(cls):
+        if cls in _CHECKED_CALLS:
             return self._call(cls, args, kwargs)  # cls.__new__(cls, *args) is cls(*args) for these
         if not isinstance(args, tuple) or not (kwargs is None or isinstance(kwargs, dict)):
             raise CorruptError(f"NEWOBJ's arguments must be a tuple (and a dict), not {args!r}")
@@ -606,6 +604,8 @@ class RestrictedUnpickler:
         kwargs = self._stack.pop()
         args = self._stack.pop()
         cls = self._stack.pop()
+        if type(kwargs) is not dict:
+            raise CorruptError(f"NEWOBJ_EX's keyword arguments must be a dict, not {type(kwargs).__name__}")
         self._stack.append(self._newobj(cls, args, kwargs))
 
     def _build_op(self) -> None:
