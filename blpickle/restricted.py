@@ -374,7 +374,10 @@ class RestrictedUnpickler:
         self._pop_mark()
 
     def _dup(self) -> None:
-        self._stack.append(self._stack[-1])
+        value = self._stack[-1]
+        if type(value) is _Pending:
+            raise CorruptError("the pickle copies a numpy dtype or array before its state is set")
+        self._stack.append(value)
 
     def _int(self) -> None:
         data = self._line()
