@@ -780,7 +780,10 @@ def _hashable(obj: Any) -> bool:
 
 
 def _builtin(cls: type) -> bool:
-    """Whether ``cls`` is a builtin or numpy type (whose native state safe mode never sets)."""
+    """Whether ``cls`` is a builtin or numpy type (whose native state safe mode never sets),
+    or the placeholder of a numpy object waiting for its state."""
+    if cls is _Pending:
+        return True
     module = getattr(cls, "__module__", "")
     return isinstance(module, str) and module.split(".")[0] in _BUILTIN_MODULES
 
