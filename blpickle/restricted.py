@@ -47,7 +47,7 @@ __all__ = ["RestrictedUnpickler"]
 _READ_PIECE = 16 << 20
 #: The longest text line (protocol 0 arguments) read.
 _MAX_LINE = 1 << 20
-#: Longest string accepted as a dtype's type code, a datetime unit or a text argument.
+#: The longest type code accepted for ``numpy.dtype(code, align, copy)``.
 _MAX_CODE = 64
 #: The ``flags`` bit of a dtype state that marks an aligned struct (numpy's NPY_ALIGNED_STRUCT).
 _ALIGNED_STRUCT = 0x80
@@ -58,7 +58,8 @@ _BYTE_ORDERS = frozenset({"<", ">", "=", "|"})
 _RECONSTRUCT = importlib.import_module("numpy._core.multiarray")._reconstruct
 _SCALAR = importlib.import_module("numpy._core.multiarray").scalar
 _FROMBUFFER = importlib.import_module("numpy._core.numeric")._frombuffer
-#: The builtin types whose instances pickle's collection opcodes fill.
+#: The packages of the types whose state safe mode never sets and whose collections it fills
+#: only if they are lists, dicts or sets.
 _BUILTIN_MODULES = ("builtins", "numpy")
 
 
@@ -852,7 +853,10 @@ def _call_dtype(args: tuple[Any, ...]) -> _Pending:
     code = args[0]
     if not isinstance(code, str) or len(code) > _MAX_CODE or not all(type(flag) in (bool, int) for flag in args[1:]):
         raise CorruptError(f"numpy.dtype takes a type code and two flags in safe mode, not {args!r:.80}")
-    np.dtype(code)  # check it now: raises TypeError for an unknown code
+    try:
+        np.dtype(code)  # check it now
+    except Exception as exc:  # numpy raises TypeError, ValueError, even SyntaxError for some codes
+        raise CorruptError(f"numpy.dtype refuses the type code {code!r}: {exc}") from None
     return _Pending("dtype", args)
 
 
@@ -874,7 +878,10 @@ def _call_scalar(args: tuple[Any, ...]) -> Any:
     data = args[1] if len(args) == 2 else b""
     if dtype.hasobject or type(data) is not bytes or len(data) != dtype.itemsize:
         raise CorruptError(f"a numpy scalar of dtype {dtype} needs {dtype.itemsize} bytes, not {data!r:.80}")
-    return _SCALAR(dtype, data)
+    try:
+        return _SCALAR(dtype, data)
+    except Exception as exc:
+        raise CorruptError(f"numpy refuses a scalar of dtype {dtype}: {exc}") from None
 
 
 def _call_frombuffer(args: tuple[Any, ...]) -> np.ndarray:
@@ -953,7 +960,9 @@ def _rebuild_dtype(args: tuple[Any, ...], state: Any) -> np.dtype:
             dtype = dtype.newbyteorder("=" if endian == _NATIVE else endian)
         if metadata is not None:
             dtype = np.dtype(dtype, metadata=metadata)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except CorruptError:
+        raise
+    except Exception as exc:
         raise CorruptError(f"numpy refuses the dtype state {state!r:.120}: {exc}") from None
     return dtype
 
@@ -1048,7 +1057,9 @@ def _rebuild_array(state: Any) -> np.ndarray:
         if native is not dtype:  # numpy's __setstate__ swaps the data to native byte order
             return array.astype(native, order="K")
         return array if not view.readonly else array.copy(order="K")
-    except (TypeError, ValueError, OverflowError) as exc:
+    except CorruptError:
+        raise
+    except Exception as exc:
         raise CorruptError(f"numpy refuses the array of shape {shape} and dtype {dtype}: {exc}") from None
 
 
