@@ -164,7 +164,10 @@ class RestrictedUnpickler:
     Args:
         file: a binary file with ``read`` and ``readline``.
         policy: which globals may be imported.
-        fix_imports, encoding, errors, buffers: as for ``pickle.Unpickler``.
+        fix_imports: map Python 2 names to Python 3 ones (protocols 0-2), as pickle does.
+        encoding: how Python 2 ``str`` objects are decoded (``"bytes"``: kept as bytes).
+        errors: the error handler of that decoding.
+        buffers: the out-of-band buffers, in the order the pickle uses them.
     """
 
     def __init__(
