@@ -27,6 +27,7 @@ from __future__ import annotations
 import _compat_pickle
 import ast
 import importlib
+import io
 import math
 import pickle
 import struct
@@ -38,12 +39,14 @@ import numpy as np
 
 from .arrays import rebuild_ndarray
 from .errors import CorruptError, TruncatedError, UnsafeLoadError
+from .layout import PickleFile
 from .safe import Policy
 
 __all__ = ["RestrictedUnpickler"]
 
-#: Data longer than this is read in pieces of this size, so that a declared size is never
-#: allocated before the data is there.
+#: Data longer than this is read from a file in pieces of this size, so that a declared size
+#: is never allocated before the data is there (but from a record's pickle stream or a BytesIO,
+#: which check a read's size against the data they hold first, and then read it whole).
 _READ_PIECE = 16 << 20
 #: The longest text line (protocol 0 arguments) read.
 _MAX_LINE = 1 << 20
@@ -86,6 +89,7 @@ class _Input:
 
     def __init__(self, file: Any) -> None:
         self._file = file
+        self._piece = sys.maxsize if isinstance(file, (PickleFile, io.BytesIO)) else _READ_PIECE
         self._frame = b""
         self._pos = 0  # in the frame
         self._end = 0  # the frame's size
@@ -141,14 +145,14 @@ class _Input:
             TruncatedError: when the file ends first.
         """
         self._leave_frame()
-        data = self._file.read(min(n, _READ_PIECE))
+        data = self._file.read(min(n, self._piece))
         if data is None:
             data = b""
         if len(data) < n:
             pieces = [data]
             left = n - len(data)
             while left:
-                piece = self._file.read(min(left, _READ_PIECE))
+                piece = self._file.read(min(left, self._piece))
                 if not piece:
                     raise TruncatedError("the pickle stream", self.offset, n, n - left)
                 pieces.append(piece)

@@ -425,3 +425,10 @@ def test_short_reads_of_a_stream_are_completed():
     np.testing.assert_array_equal(loaded["a"], np.arange(1000))
     assert loaded["b"] == b"x" * 5000
     assert blpickle.load(stream, safe=True) == [1]
+
+
+def test_declared_sizes_are_not_allocated_before_the_data_is_there(tmp_path):
+    path = tmp_path / "huge.pkl"
+    path.write_bytes(b"\x80\x05\x8e" + (1 << 62).to_bytes(8, "little") + b"x" * 100)  # BINBYTES8 of 4 EiB
+    with open(path, "rb") as file, pytest.raises(blpickle.TruncatedError):
+        blpickle.load(file, safe=True)
