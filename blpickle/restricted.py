@@ -52,6 +52,8 @@ _READ_PIECE = 16 << 20
 _MAX_LINE = 1 << 20
 #: The longest type code accepted for ``numpy.dtype(code, align, copy)``.
 _MAX_CODE = 64
+#: The deepest nesting of tuples and frozensets loaded (Python's own recursion limit).
+_MAX_NESTING = 1000
 #: The ``flags`` bit of a dtype state that marks an aligned struct (numpy's NPY_ALIGNED_STRUCT).
 _ALIGNED_STRUCT = 0x80
 _DATETIME_UNITS = frozenset({"Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as", "generic"})
@@ -194,6 +196,7 @@ class RestrictedUnpickler:
         self._marks: list[list[Any]] = []
         self._memo: dict[int, Any] = {}
         self._pending = 0  # how many dtypes and arrays wait for their state
+        self._depths: dict[int, tuple[Any, int]] = {}  # id -> (tuple or frozenset, nesting depth > 1)
         self._proto = 0
 
     def load(self) -> Any:
@@ -293,6 +296,27 @@ class RestrictedUnpickler:
         if isinstance(value, _Pending):
             value.keys.append(key)
         self._memo[key] = value
+
+    def _track(self, obj: Any) -> None:
+        """Record how deeply tuples and frozensets nest in ``obj``, one made of objects the
+        pickle built; refuse it nested deeper than ``_MAX_NESTING`` (hashing it recurses in C
+        without a limit: a dict key a million tuples deep crashes the process)."""
+        depth = 1
+        depths = self._depths
+        for item in obj:
+            if isinstance(item, (tuple, frozenset)):
+                entry = depths.get(id(item))
+                depth = max(depth, 2 if entry is None else entry[1] + 1)
+        if depth > 1:
+            if depth > _MAX_NESTING:
+                raise CorruptError(f"the pickle nests tuples or frozensets more than {_MAX_NESTING} deep")
+            depths[id(obj)] = (obj, depth)
+
+    def _made(self, obj: Any) -> Any:
+        """Return ``obj``, made by a call, its nesting recorded if it is a tuple or frozenset."""
+        if isinstance(obj, (tuple, frozenset)):
+            self._track(obj)
+        return obj
 
     def _find_class(self, module: Any, name: Any) -> Any:
         if not isinstance(module, str) or not isinstance(name, str):
@@ -479,6 +503,7 @@ class RestrictedUnpickler:
 
     def _tuple(self) -> None:
         items = tuple(self._pop_mark())
+        self._track(items)
         self._stack.append(items)
 
     def _empty_list(self) -> None:
@@ -503,6 +528,7 @@ class RestrictedUnpickler:
 
     def _frozenset(self) -> None:
         items = frozenset(self._pop_mark())
+        self._track(items)
         self._stack.append(items)
 
     def _append(self) -> None:
@@ -604,12 +630,12 @@ class RestrictedUnpickler:
     def _reduce(self) -> None:
         args = self._stack.pop()
         func = self._stack.pop()
-        self._stack.append(self._call(func, args))
+        self._stack.append(self._made(self._call(func, args)))
 
     def _newobj_op(self) -> None:
         args = self._stack.pop()
         cls = self._stack.pop()
-        self._stack.append(self._newobj(cls, args))
+        self._stack.append(self._made(self._newobj(cls, args)))
 
     def _newobj_ex(self) -> None:
         kwargs = self._stack.pop()
@@ -617,7 +643,7 @@ class RestrictedUnpickler:
         cls = self._stack.pop()
         if type(kwargs) is not dict:
             raise CorruptError(f"NEWOBJ_EX's keyword arguments must be a dict, not {type(kwargs).__name__}")
-        self._stack.append(self._newobj(cls, args, kwargs))
+        self._stack.append(self._made(self._newobj(cls, args, kwargs)))
 
     def _build_op(self) -> None:
         self._build()
@@ -659,6 +685,7 @@ def _tuple_n(n: int) -> Callable[[RestrictedUnpickler], None]:
             raise CorruptError(f"TUPLE{n} needs {n} items on the stack, it has {len(stack)}")
         items = tuple(stack[len(stack) - n :])
         del stack[len(stack) - n :]
+        self._track(items)
         stack.append(items)
 
     return tuple_n

@@ -74,11 +74,27 @@ CRASHES = {
 }
 
 
-@pytest.mark.parametrize("protocol", [2, 5])
-def test_numpy_states_that_crash_numpy_are_refused_in_a_subprocess(protocol):
-    """Each attack is loaded with safe=True in a child process, then whatever it gave is used:
-    a crash shows up as the child's exit status, not as pytest dying."""
-    attacks = {name: pickle.dumps(obj, protocol) for name, obj in CRASHES.items()}
+def _alternating_nesting(levels):
+    """A pickle nesting ``levels`` times a tuple in a frozenset made by ``frozenset(...)``."""
+    body = b""
+    for level in range(levels):
+        body += b"\x85\x94" + b"0h\x00j" + (level + 1).to_bytes(4, "little") + b"\x85\x85R"
+    return b"\x80\x04\x8c\x08builtins\x8c\tfrozenset\x93\x94N" + body + b"."
+
+
+#: Hand-made pickles that crash CPython itself: hashing tuples nested a million deep (as a
+#: dict key, a set item, a frozenset's) recurses in C without a limit.
+NESTING_CRASHES = {
+    "dict key nested a million tuples deep": b"\x80\x04}N" + b"\x85" * 1_000_000 + b"Ns.",
+    "set item nested a million tuples deep": b"\x80\x04\x8f(N" + b"\x85" * 1_000_000 + b"\x90.",
+    "frozenset() of tuples nested in frozensets": _alternating_nesting(100_000),
+}
+
+
+def _safe_loads_in_a_child(attacks):
+    """Load each of ``attacks`` (name -> pickle) with safe=True in a child process, then use
+    what it gave; return name -> the LoadError's class name, or "loaded". A crash shows up
+    as the child's exit status, not as pytest dying."""
     script = textwrap.dedent(
         """
         import pickle, sys
@@ -95,11 +111,25 @@ def test_numpy_states_that_crash_numpy_are_refused_in_a_subprocess(protocol):
         """
     )
     child = subprocess.run(
-        [sys.executable, "-c", script], input=pickle.dumps(attacks), capture_output=True, timeout=120, check=False
+        [sys.executable, "-c", script], input=pickle.dumps(attacks), capture_output=True, timeout=300, check=False
     )
     assert child.returncode == 0, child.stderr.decode()
-    results = dict(line.split(" -> ") for line in child.stdout.decode().splitlines())
-    assert results == dict.fromkeys(CRASHES, "CorruptError")
+    return dict(line.split(" -> ") for line in child.stdout.decode().splitlines())
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_numpy_states_that_crash_numpy_are_refused(protocol):
+    attacks = {name: pickle.dumps(obj, protocol) for name, obj in CRASHES.items()}
+    assert _safe_loads_in_a_child(attacks) == dict.fromkeys(CRASHES, "CorruptError")
+
+
+def test_nesting_that_crashes_cpython_is_refused():
+    assert _safe_loads_in_a_child(NESTING_CRASHES) == dict.fromkeys(NESTING_CRASHES, "CorruptError")
+
+
+def test_nesting_up_to_the_limit_loads():
+    assert blpickle.loads(b"\x80\x04}N" + b"\x85" * 999 + b"Ns.", safe=True)
+    assert type(blpickle.loads(_alternating_nesting(400), safe=True)) is frozenset
 
 
 def test_records_refuse_the_same_states():
