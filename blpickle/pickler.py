@@ -294,7 +294,10 @@ class Unpickler(pickle.Unpickler):
         nthreads: decompression threads (default: every available CPU).
         safe: import no global but builtin containers and scalars and numpy arrays, dtypes
             and scalars (:data:`blpickle.safe.SAFE_GLOBALS`); anything else raises
-            :class:`blpickle.UnsafeLoadError` before it is imported.
+            :class:`blpickle.UnsafeLoadError` before it is imported. The pickle is run by
+            :class:`blpickle.restricted.RestrictedUnpickler` (pure Python), which rebuilds
+            numpy dtypes and arrays from checked states; ``find_class`` and
+            ``persistent_load`` overrides are not used.
         allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
             ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
         key: the key the record was signed with: the whole record is read and its
