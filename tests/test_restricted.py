@@ -255,6 +255,18 @@ hashables = st.one_of(
     st.binary(),
     st.complex_numbers(allow_nan=False),
 )
+
+
+def _containers(children):
+    """Lists, tuples and dicts of ``children``."""
+    return st.one_of(
+        st.lists(children, max_size=4),
+        st.tuples(children),
+        st.tuples(children, children, children, children),
+        st.dictionaries(hashables, children, max_size=4),
+    )
+
+
 builtins = st.recursive(
     st.one_of(
         hashables,
@@ -264,12 +276,7 @@ builtins = st.recursive(
         st.frozensets(hashables, max_size=4),
         st.sets(hashables, max_size=4),
     ),
-    lambda children: st.one_of(
-        st.lists(children, max_size=4),
-        st.tuples(children),
-        st.tuples(children, children, children, children),
-        st.dictionaries(hashables, children, max_size=4),
-    ),
+    _containers,
     max_leaves=20,
 )
 
