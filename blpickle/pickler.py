@@ -28,6 +28,7 @@ from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, Optio
 from .files import atomic_write, expand, is_path, naming_errors
 from .layout import PickleFile, open_pickle
 from .options import PRESETS, Options, PicklerKind, resolve_options
+from .restricted import RestrictedUnpickler
 from .safe import Policy
 from .stream import (
     FileSource,
@@ -341,7 +342,10 @@ class Unpickler(pickle.Unpickler):
         nthreads: decompression threads (default: every available CPU).
         safe: import no global but builtin containers and scalars and numpy arrays, dtypes
             and scalars (:data:`blpickle.safe.SAFE_GLOBALS`); anything else raises
-            :class:`blpickle.UnsafeLoadError` before it is imported.
+            :class:`blpickle.UnsafeLoadError` before it is imported. The pickle is run by
+            :class:`blpickle.restricted.RestrictedUnpickler` (pure Python), which rebuilds
+            numpy dtypes and arrays from checked states; ``find_class`` and
+            ``persistent_load`` overrides are not used.
         allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
             ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
         key: the key the record was signed with: the whole record is read and its
@@ -417,9 +421,12 @@ class Unpickler(pickle.Unpickler):
             self._file.seek(start + source.pos)
 
     def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
-        """Run the C unpickler on ``file`` with a fresh state, keeping this object's overrides
-        (``find_class``, ``persistent_load``) and attributes. (Re-initialising a C Unpickler
-        that has already loaded crashes CPython, so each load gets a clone.)"""
+        """Unpickle ``file``: in safe mode with the :class:`RestrictedUnpickler`, else with
+        the C unpickler with a fresh state, keeping this object's overrides (``find_class``,
+        ``persistent_load``) and attributes. (Re-initialising a C Unpickler that has already
+        loaded crashes CPython, so each load gets a clone.)"""
+        if self._policy is not None:
+            return RestrictedUnpickler(file, self._policy, buffers=buffers, **self._settings).load()
         clone = pickle.Unpickler.__new__(type(self))
         clone.__dict__.update(self.__dict__)
         pickle.Unpickler.__init__(clone, file, buffers=buffers, **self._settings)

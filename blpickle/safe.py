@@ -26,6 +26,7 @@ SAFE_GLOBALS = frozenset(
         # builtins that pickle protocols 0-5 use for containers and scalars
         "builtins.set",
         "builtins.frozenset",
+        "builtins.bytes",  # empty bytes at protocols 0-2
         "builtins.bytearray",
         "builtins.complex",
         "builtins.slice",

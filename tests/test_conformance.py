@@ -2,7 +2,8 @@
 
 ``test.pickletester`` is the suite CPython uses for its pickle implementations. blpickle runs
 ``AbstractPickleTests``, ``AbstractUnpickleTests`` and ``AbstractPickleModuleTests`` through
-``dumps/loads/dump/load`` and through ``Pickler``/``Unpickler``. Opcode checks read the pickle
+``dumps/loads/dump/load`` and through ``Pickler``/``Unpickler``, and the unpickling tests in
+safe mode too (``SafeFunctionsTests``, with ``SAFE_MODE_EXCLUDED``). Opcode checks read the pickle
 stream inside each record. The only tests left out inspect the raw output bytes, which
 blpickle wraps in its own compressed record; each one is listed in ``RAW_OUTPUT_TESTS`` with
 the reason.
@@ -68,8 +69,8 @@ KNOWN_FAILURES = {
 }
 
 
-def _exclude(cls):
-    for name in RAW_OUTPUT_TESTS:
+def _exclude(cls, names=RAW_OUTPUT_TESTS):
+    for name in names:
         if hasattr(cls, name):
             setattr(cls, name, None)
     for name in KNOWN_FAILURES:
@@ -126,3 +127,37 @@ class ModuleTests(pickletester.AbstractPickleModuleTests, unittest.TestCase):
     loads = staticmethod(blpickle.loads)
     Pickler = blpickle.Pickler
     Unpickler = blpickle.Unpickler
+
+
+#: Packages the suite's pickles name; safe mode is run with them allowed (the suite checks the
+#: interpreter, not the allowlist: tests/test_safe.py does that).
+SUITE_PACKAGES = [
+    *("builtins", "copyreg", "collections", "datetime", "decimal", "fractions", "io", "types", "functools"),
+    *("_functools", "operator", "_operator", "array", "weakref", "abc", "enum", "re", "test", "__main__"),
+    *("pickle", "_pickle", "codecs", "_codecs", "time", "http", "_frozen_importlib", "os", "posix", "dbm"),
+]
+#: Tests that cannot pass in safe mode, each with its reason: malformed input raises
+#: CorruptError (an UnpicklingError) there, never pickle's TypeError or ValueError, and opcodes
+#: that Python 3 never writes are refused.
+SAFE_MODE_EXCLUDED = {
+    "test_bad_reduce": "expects TypeError for calling None or with None arguments",
+    "test_badly_escaped_string": "expects ValueError for a badly escaped STRING",
+    "test_maxint64": "expects ValueError for a malformed INT",
+    "test_negative_put": "expects ValueError for a negative PUT",
+    "test_builtin_functions": "names builtins.__build_class__, which safe mode refuses (a dunder name)",
+    "test_compat_unpickle": "loads Python 2 instances with the OBJ opcode",
+    "test_load_classic_instance": "loads Python 2 instances with the INST and OBJ opcodes",
+    "test_global_ext1": "uses extension codes (EXT1)",
+    "test_global_ext2": "uses extension codes (EXT2)",
+    "test_global_ext4": "uses extension codes (EXT4)",
+}
+
+
+class SafeFunctionsTests(FunctionsTests):
+    """dumps/loads with loads in safe mode (the restricted unpickler), the suite's packages allowed."""
+
+    def loads(self, buf, **kwds):
+        return blpickle.loads(buf, allowed=[f"{package}.*" for package in SUITE_PACKAGES], **kwds)
+
+
+_exclude(SafeFunctionsTests, SAFE_MODE_EXCLUDED)
