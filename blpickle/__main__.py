@@ -1,4 +1,4 @@
-"""``python -m blpickle``: the ``blpickle`` command (see :mod:`blpickle.cli`)."""
+"""``python -m blpickle``: the ``blpickle`` command (see `blpickle.cli`)."""
 
 from .cli import main
 

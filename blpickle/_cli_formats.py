@@ -2,7 +2,7 @@
 bytes, and reading and writing objects as pickle, joblib, npy, npz or blpickle files.
 
 Nothing here unpickles while *recognising* a file: pickle data is only read opcode by opcode
-with :mod:`pickletools`. Reading an object (:func:`read_object`) does run the file's pickle,
+with `pickletools`. Reading an object (`read_object`) does run the file's pickle,
 unless ``safe``/``allowed`` restrict it (blpickle and pickle input) or the format has no
 pickle in it (npy and npz without object arrays).
 """

@@ -1,7 +1,7 @@
 """How numpy arrays travel out of band.
 
 The pickle stream of a blpickle record rebuilds every out-of-band array with
-:func:`rebuild_ndarray`: its import path ``blpickle.arrays.rebuild_ndarray`` is part of the
+`rebuild_ndarray`: its import path ``blpickle.arrays.rebuild_ndarray`` is part of the
 file format and never changes.
 """
 
@@ -41,7 +41,7 @@ def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order:
 
 
 def _mismatch(buffer: Any, dtype: Any, shape: Any, order: Any) -> str:
-    """Say why :func:`rebuild_ndarray` refused its arguments."""
+    """Say why `rebuild_ndarray` refused its arguments."""
     valid_shape = type(shape) is tuple and all(type(n) is int and n >= 0 for n in shape)
     valid_dtype = isinstance(dtype, np.dtype) and not dtype.hasobject and dtype.itemsize
     if not valid_dtype or order not in ("C", "F") or not valid_shape:

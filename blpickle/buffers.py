@@ -67,7 +67,7 @@ class Payload:
 
     def sample(self, size: int) -> Any:
         """Return about ``size`` bytes of the data for choosing how to compress it (see
-        :func:`spread_sample`; for a strided view, its first ``size`` bytes)."""
+        `spread_sample`; for a strided view, its first ``size`` bytes)."""
         if self._contiguous is not None:
             return spread_sample(self._contiguous, size, self.itemsize)
         return next(self.chunks(max(size - size % self.chunk_multiple, self.chunk_multiple)), b"")

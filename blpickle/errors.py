@@ -1,19 +1,19 @@
 """The blpickle exception tree.
 
-::
-
-    BlpickleError
-     ├── OptionsError (ValueError)          invalid dump/load options
-     ├── DumpError (pickle.PicklingError)   an object or buffer could not be written
-     └── LoadError (pickle.UnpicklingError) the input is not a valid blpickle record
-          ├── BadMagicError                 the input does not start with blpickle's magic
-          ├── UnsupportedVersionError       a format major version this reader does not know
-          ├── TruncatedError (EOFError)     the input ended early
-          ├── ChecksumError                 a stored checksum does not match the data
-          ├── LimitError                    a declared size is over a limit
-          ├── CorruptError                  a field has a value that cannot be right
-          ├── SignatureError                a signed load found no signature or a wrong one
-          └── UnsafeLoadError               a restricted load met a global it may not import
+```text
+BlpickleError
+ ├── OptionsError (ValueError)          invalid dump/load options
+ ├── DumpError (pickle.PicklingError)   an object or buffer could not be written
+ └── LoadError (pickle.UnpicklingError) the input is not a valid blpickle record
+      ├── BadMagicError                 the input does not start with blpickle's magic
+      ├── UnsupportedVersionError       a format major version this reader does not know
+      ├── TruncatedError (EOFError)     the input ended early
+      ├── ChecksumError                 a stored checksum does not match the data
+      ├── LimitError                    a declared size is over a limit
+      ├── CorruptError                  a field has a value that cannot be right
+      ├── SignatureError                a signed load found no signature or a wrong one
+      └── UnsafeLoadError               a restricted load met a global it may not import
+```
 
 Every load-side error is a ``pickle.UnpicklingError``, so ``except pickle.UnpicklingError``
 in existing code keeps catching them.

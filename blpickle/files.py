@@ -38,7 +38,7 @@ def expand(path: str | os.PathLike[str]) -> str:
 @contextlib.contextmanager
 def naming_errors(path: str) -> Iterator[None]:
     """Make the errors raised in the block name ``path``: an ``OSError`` that names no file,
-    or a temporary file of :func:`atomic_write`, names ``path`` instead; a blpickle error
+    or a temporary file of `atomic_write`, names ``path`` instead; a blpickle error
     gets a note saying which file it was about."""
     try:
         yield
@@ -67,11 +67,11 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     the previous file stays as it was. An existing file's permissions are kept; a new file
     gets the usual ones (0o666 minus the umask). Anything else (a FIFO, a device such as
     ``/dev/null``, or a symbolic link to one) is written in place. Temporary files that
-    killed writers left next to the same target are removed (see :func:`_remove_stale`).
+    killed writers left next to the same target are removed (see `_remove_stale`).
     Errors name ``path``, never the temporary file.
 
     On Linux the data starts going to the device as it is written (see
-    :class:`_EarlyWriteback`), so the final ``fsync`` finds little left to do.
+    `_EarlyWriteback`), so the final ``fsync`` finds little left to do.
     """
     user_path = expand(path)
     target = os.path.realpath(user_path)
@@ -108,7 +108,7 @@ def _is_special(path: str) -> bool:
 
 def _create_temporary(directory: str, name: str) -> tuple[int, str]:
     """Create a temporary file for ``name`` in ``directory``, locked (``flock``) for as long
-    as it is open, so that :func:`_remove_stale` can tell a live writer's from a dead one's.
+    as it is open, so that `_remove_stale` can tell a live writer's from a dead one's.
     Return its descriptor and path."""
     while True:
         temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}{_TEMPORARY_SUFFIX}")
@@ -175,7 +175,7 @@ _sync_file_range = _find_sync_file_range()
 
 
 class _EarlyWriteback:
-    """A file being written whose data starts going to the device every :data:`WRITEBACK_STEP`
+    """A file being written whose data starts going to the device every `WRITEBACK_STEP`
     bytes, while the next chunks are compressed, so that an ``fsync`` at the end (or the
     kernel's own write-out, seconds later) finds little left to write instead of the whole
     file. The call runs in a thread of its own (it blocks while the device's queue is full);
@@ -211,7 +211,7 @@ class _EarlyWriteback:
 
 @contextlib.contextmanager
 def _early_writeback(file: BinaryIO) -> Iterator[Any]:
-    """Yield ``file`` wrapped in :class:`_EarlyWriteback` where the OS offers it, and wait for
+    """Yield ``file`` wrapped in `_EarlyWriteback` where the OS offers it, and wait for
     its last write-out call before the file is closed."""
     if _sync_file_range is None:
         yield file

@@ -1,11 +1,13 @@
 """The byte layout of a blpickle record (specified in ``docs/format.md``).
 
-A record is::
+A record is:
 
-    preamble | header | header checksum | frames of stream 0 .. n-1 | trailer block
+```text
+preamble | header | header checksum | frames of stream 0 .. n-1 | trailer block
+```
 
 Everything here is pure encoding and decoding with validation; reading and writing the
-frames lives in :mod:`blpickle.stream`.
+frames lives in `blpickle.stream`.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ class Header:
     """What a record holds, written before any data.
 
     Attributes:
-        options: the writer's options (:meth:`blpickle.Options.to_dict`), informational.
+        options: the writer's options (`blpickle.Options.to_dict`), informational.
         protocol: pickle protocol of stream 0.
         streams: stream 0 is the pickle, the others are out-of-band buffers in the order the
             pickle uses them.
@@ -204,7 +206,7 @@ class Header:
     @classmethod
     def decode(cls, data: bytes) -> Header:
         """Decode and validate a header, allocating at most a few times its size (see
-        :class:`_Reader`).
+        `_Reader`).
 
         Raises:
             CorruptError: for anything that is not a valid header.
@@ -278,7 +280,7 @@ class FrameIndex:
     offsets: list[int] = dataclasses.field(default_factory=list)
     csizes: list[int] = dataclasses.field(default_factory=list)
     checksums: list[int] = dataclasses.field(default_factory=list)
-    #: hex HMAC-SHA256 of the record (see :func:`signature`), for signed records
+    #: hex HMAC-SHA256 of the record (see `signature`), for signed records
     signature: str | None = None
 
     def add(self, offset: int, csize: int, digest: int) -> None:
@@ -298,7 +300,7 @@ class FrameIndex:
     @classmethod
     def decode(cls, data: bytes, nframes: int, *, authenticated: bool = False) -> FrameIndex:
         """Decode a trailer that must list ``nframes`` frames, allocating a few times its size
-        at most (see :class:`_Reader`). With ``authenticated`` (its signature is checked),
+        at most (see `_Reader`). With ``authenticated`` (its signature is checked),
         refuse keys of any other meaning: the signature covers none.
 
         Raises:

@@ -46,7 +46,7 @@ class BufferInfo:
 
 @dataclasses.dataclass(frozen=True)
 class RecordInfo:
-    """What :func:`inspect` found in a record.
+    """What `inspect` found in a record.
 
     Attributes:
         version: format version, "major.minor".
@@ -162,7 +162,7 @@ _NO_PUSH_OPS = {"FRAME", "PROTO", "MEMOIZE", *_PUT_OPS}
 def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ...]:
     """Return every ``module.name`` a pickle would import, in order of first use, read from
     its opcodes without running it. With the ``header`` of the record whose pickle stream
-    ``data`` is, the stream is read as the loader reads it (:mod:`blpickle.layout`): spliced
+    ``data`` is, the stream is read as the loader reads it (`blpickle.layout`): spliced
     payloads, which are not in ``data``, are read as empty, and the opcodes must follow the
     stream's layout.
 
@@ -188,7 +188,7 @@ def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ..
 
 def _globals(ops: Iterable[tuple[Any, Any, int | None]], unframed: list[int] | None) -> tuple[str, ...]:
     """Return the globals the opcodes ``ops`` import. With ``unframed`` (the offsets of the
-    opcodes outside frames that :func:`blpickle.layout.tokens` found), check that they are
+    opcodes outside frames that `blpickle.layout.tokens` found), check that they are
     exactly the opcodes outside frames here, and that no opcode runs past its frame's end."""
     found: dict[str, None] = {}
     memo: dict[int, Any] = {}

@@ -1,9 +1,9 @@
 """The layout of a record's pickle stream: its frames, the opcodes between them, and where
 the spliced payloads go.
 
-One parser, :class:`Layout`, decides this, and both readers of the pickle stream follow it:
-loading (:class:`PickleFile`, which serves the unpickler) and inspecting
-(:func:`blpickle.info.pickle_globals`, through :func:`tokens`). So a record whose splices
+One parser, `Layout`, decides this, and both readers of the pickle stream follow it:
+loading (`PickleFile`, which serves the unpickler) and inspecting
+(`blpickle.info.pickle_globals`, through `tokens`). So a record whose splices
 are not where the parser puts them is refused by both, and both see the same opcodes.
 
 At protocol 4 and up the C pickler writes PROTO, then FRAMEs, and writes each large bytes,
@@ -13,10 +13,10 @@ parser walks that level only, skipping frames and payloads whole, so its cost gr
 number of frames, not of opcodes. A splice belongs exactly where the parser finds the data of
 a payload opcode outside the frames (``BINBYTES``, ``BINBYTES8``, ``BINUNICODE``,
 ``BINUNICODE8``, ``BYTEARRAY8``) whose size is the spliced stream's; anywhere else, and in a
-pickle of protocol 0-3 (which has no frames), it is a :class:`CorruptError`.
+pickle of protocol 0-3 (which has no frames), it is a `CorruptError`.
 
 The unpickler must read along the same tokens, or it would parse the bytes otherwise than the
-parser did (an opcode running past the end of its frame, say): :class:`PickleFile` refuses a
+parser did (an opcode running past the end of its frame, say): `PickleFile` refuses a
 read that starts inside an opcode or argument, or that would run past the end of a token.
 """
 
@@ -195,7 +195,7 @@ def tokens(data: Any, protocol: int, splices: Iterable[tuple[int, int]]) -> Iter
     4 or later record; protocol 0-3 ones have none, only their splices are refused).
 
     Raises:
-        CorruptError: as :class:`Layout` does.
+        CorruptError: as `Layout` does.
     """
     view = memoryview(data).cast("B")
     layout = Layout(protocol, splices, len(view))
@@ -210,7 +210,7 @@ def tokens(data: Any, protocol: int, splices: Iterable[tuple[int, int]]) -> Iter
 class PickleFile(io.RawIOBase):
     """A record's pickle stream (protocol 4 and up) as a read-only file, read chunk by chunk
     as the chunks are decompressed, with its spliced payloads put back where its
-    :class:`Layout` says.
+    `Layout` says.
 
     The payloads of large bytes, bytearray and str objects are stored as streams of their
     own; the unpickler reads each one with ``readinto`` into the object it builds, so they
@@ -314,7 +314,7 @@ class PickleFile(io.RawIOBase):
 
 def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
     """Return the pickle stream of the record ``reader`` stands at, as a file for the
-    unpickler: a :class:`PickleFile` from protocol 4 on (read a frame at a time, as the
+    unpickler: a `PickleFile` from protocol 4 on (read a frame at a time, as the
     chunks are decompressed), else the whole stream in memory (the unpickler reads an
     unframed pickle an opcode at a time).
 

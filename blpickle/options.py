@@ -72,7 +72,7 @@ class Options:
 
     Attributes:
         codec: Blosc2 codec; ``"auto"`` picks zstd or lz4 for each buffer from a sample
-            (:func:`choose_codec`); ``None`` stores buffers raw and 64-byte aligned (so
+            (`choose_codec`); ``None`` stores buffers raw and 64-byte aligned (so
             ``load(path, mmap_mode="r")`` can map them).
         clevel: compression level, 0 (no compression) to 9 (slowest, smallest).
         shuffle: byte (``"shuffle"``) or bit (``"bitshuffle"``) transposition by element size
@@ -113,7 +113,7 @@ class Options:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Options:
-        """Build options from :meth:`to_dict` output; unknown keys raise :class:`OptionsError`."""
+        """Build options from `to_dict` output; unknown keys raise `OptionsError`."""
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise OptionsError(f"unknown option(s): {', '.join(sorted(unknown))}")
@@ -133,7 +133,7 @@ class Options:
 
     def chunk_size_for(self, nbytes: int, multiple: int = 1) -> int:
         """Return the chunk size for ``nbytes`` of data: ``chunk_size``, or less for data of a
-        few chunks, so that every thread gets one (but not under :data:`PARALLEL_CHUNK_SIZE`,
+        few chunks, so that every thread gets one (but not under `PARALLEL_CHUNK_SIZE`,
         where Blosc2 calls cost more per byte); always a multiple of ``multiple``."""
         size = min(self.chunk_size, max(-(-nbytes // self.threads), PARALLEL_CHUNK_SIZE))
         return max(size - size % multiple, multiple)
@@ -178,7 +178,7 @@ AUTO_MIN_SAMPLE = 64 << 10
 
 
 def compress_chunk(data: Any, cparams: dict[str, Any]) -> bytes:
-    """Compress ``data`` with ``blosc2.compress2`` and :meth:`Options.blosc2_cparams`.
+    """Compress ``data`` with ``blosc2.compress2`` and `Options.blosc2_cparams`.
 
     An explicit block size larger than the data shrinks to the data's whole elements: with a
     block larger than the data, or not a multiple of the element size, Blosc2 (4.14) writes
@@ -197,7 +197,7 @@ def compress_chunk(data: Any, cparams: dict[str, Any]) -> bytes:
 
 def choose_codec(options: Options, sample: Any, typesize: int) -> str:
     """Return the codec to compress data like ``sample`` with: the options' own, or for
-    "auto", zstd if it stores at most :data:`AUTO_ZSTD_GAIN` of what lz4 stores, else lz4."""
+    "auto", zstd if it stores at most `AUTO_ZSTD_GAIN` of what lz4 stores, else lz4."""
     if options.codec != "auto":
         return options.codec
     if memoryview(sample).nbytes < AUTO_MIN_SAMPLE:
@@ -216,8 +216,8 @@ PRESETS: dict[str, Options] = {
 
 
 def resolve_options(preset: str | Options | None = None, **overrides: Any) -> Options:
-    """Return the options named by ``preset`` (a name in :data:`PRESETS` or an
-    :class:`Options`), with ``overrides`` applied.
+    """Return the options named by ``preset`` (a name in `PRESETS` or an
+    `Options`), with ``overrides`` applied.
 
     Raises:
         OptionsError: for an unknown preset or option, or an invalid value.

@@ -1,7 +1,7 @@
 """The drop-in Pickler/Unpickler and dump/dumps/load/loads.
 
 Pickling runs the C pickler at protocol 5 into memory (the object graph is small), taking
-every contiguous buffer out of band, then writes one record (:mod:`blpickle.format`) with the
+every contiguous buffer out of band, then writes one record (`blpickle.format`) with the
 buffers as chunked, multithreaded Blosc2 streams. Loading reads the record back; input that
 does not start with blpickle's magic is read as plain pickle data.
 """
@@ -73,7 +73,7 @@ MMAP_MODES = (None, "r", "r+", "c")
 
 class _Graph:
     """Where the C pickler writes. The pickle stream is cut into chunks that are compressed in
-    the background as soon as they are complete (a :class:`PackedStream`; kept whole when
+    the background as soon as they are complete (a `PackedStream`; kept whole when
     uncompressed). At protocol 4 and up, the large bytes, bytearray and str payloads the
     pickler writes on their own (never inside a frame) are kept by reference, to be stored as
     streams of their own and spliced back in on load."""
@@ -139,7 +139,7 @@ class _OutOfBand:
 
     def reduce_ndarray(self, array: np.ndarray) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
-        :meth:`take_buffer`, a copy in band, or numpy's own reduction (protocols under 5,
+        `take_buffer`, a copy in band, or numpy's own reduction (protocols under 5,
         object arrays, dtypes numpy gives back changed, a caller's ``buffer_callback``). The
         array loads as ``pickle`` gives it back, contiguous ones read-only if they were."""
         if type(array) is not np.ndarray:
@@ -190,11 +190,11 @@ _ARRAY_TYPES = (np.ndarray, np.memmap)
 
 
 class _RecordPickler:
-    """Shared by :class:`Pickler` and :class:`CloudPickler`: pickles into memory with
-    buffers out of band, then writes one blpickle record to the file per :meth:`dump`.
+    """Shared by `Pickler` and `CloudPickler`: pickles into memory with
+    buffers out of band, then writes one blpickle record to the file per `dump`.
 
     The subclass's ``dispatch_table`` (a class attribute, or one set on the instance) is the
-    pickler's, as with ``pickle``; numpy arrays go through :meth:`reducer_override`."""
+    pickler's, as with ``pickle``; numpy arrays go through `reducer_override`."""
 
     options: Options
     _kind: PicklerKind = "pickle"
@@ -242,7 +242,7 @@ class _RecordPickler:
         pickle.Pickler.__init__(self, graph, protocol, fix_imports=fix_imports, buffer_callback=callback)
 
     def reducer_override(self, obj: Any) -> Any:
-        """Reduce numpy arrays for blpickle (see :meth:`_OutOfBand.reduce_ndarray`); return
+        """Reduce numpy arrays for blpickle (see `_OutOfBand.reduce_ndarray`); return
         ``NotImplemented`` for anything else, which the pickler then saves as usual."""
         if type(obj) in _ARRAY_TYPES:
             return self._out_of_band.reduce_ndarray(obj)
@@ -297,7 +297,7 @@ class Pickler(_RecordPickler, pickle.Pickler):
     """A C ``pickle.Pickler`` that writes blpickle records.
 
     Same arguments as ``pickle.Pickler`` (protocol defaults to 5), plus ``key=`` (bytes: sign
-    each record with HMAC-SHA256) and keyword options for :class:`blpickle.Options`
+    each record with HMAC-SHA256) and keyword options for `blpickle.Options`
     (``codec=``, ``clevel=``, ..., or ``preset=``; ``pickler=`` may be left out).
 
     Raises:
@@ -307,7 +307,7 @@ class Pickler(_RecordPickler, pickle.Pickler):
 
 class CloudPickler(_RecordPickler, cloudpickle.Pickler):
     """A ``cloudpickle.Pickler`` that writes blpickle records: it also saves lambdas,
-    closures and classes defined in ``__main__``, by value. Arguments as :class:`Pickler`."""
+    closures and classes defined in ``__main__``, by value. Arguments as `Pickler`."""
 
     _kind = "cloudpickle"
 
@@ -315,7 +315,7 @@ class CloudPickler(_RecordPickler, cloudpickle.Pickler):
         cloudpickle.Pickler.__init__(self, graph, protocol, buffer_callback=callback)
 
     def reducer_override(self, obj: Any) -> Any:
-        """Reduce numpy arrays as :class:`Pickler` does, the rest as cloudpickle does."""
+        """Reduce numpy arrays as `Pickler` does, the rest as cloudpickle does."""
         reduced = _RecordPickler.reducer_override(self, obj)
         return cloudpickle.Pickler.reducer_override(self, obj) if reduced is NotImplemented else reduced
 
@@ -341,16 +341,16 @@ class Unpickler(pickle.Unpickler):
             usual.
         nthreads: decompression threads (default: every available CPU).
         safe: import no global but builtin containers and scalars and numpy arrays, dtypes
-            and scalars (:data:`blpickle.safe.SAFE_GLOBALS`); anything else raises
-            :class:`blpickle.UnsafeLoadError` before it is imported. The pickle is run by
-            :class:`blpickle.restricted.RestrictedUnpickler` (pure Python), which rebuilds
+            and scalars (`blpickle.safe.SAFE_GLOBALS`); anything else raises
+            `blpickle.UnsafeLoadError` before it is imported. The pickle is run by
+            `blpickle.restricted.RestrictedUnpickler` (pure Python), which rebuilds
             numpy dtypes and arrays from checked states; ``find_class`` and
             ``persistent_load`` overrides are not used.
         allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
             ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
         key: the key the record was signed with: the whole record is read and its
             signature checked before anything is decompressed or unpickled; unsigned or
-            altered records raise :class:`blpickle.SignatureError`. Plain pickle data is
+            altered records raise `blpickle.SignatureError`. Plain pickle data is
             refused.
     """
 
@@ -421,7 +421,7 @@ class Unpickler(pickle.Unpickler):
             self._file.seek(start + source.pos)
 
     def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
-        """Unpickle ``file``: in safe mode with the :class:`RestrictedUnpickler`, else with
+        """Unpickle ``file``: in safe mode with the `RestrictedUnpickler`, else with
         the C unpickler with a fresh state, keeping this object's overrides (``find_class``,
         ``persistent_load``) and attributes. (Re-initialising a C Unpickler that has already
         loaded crashes CPython, so each load gets a clone.)"""
@@ -530,15 +530,30 @@ def dump(
     key: bytes | None = None,
     **options: Any,
 ) -> None:
-    """Write ``obj`` to ``file`` (a binary file object or a path, ``~`` expanded) as a
-    blpickle record.
+    """Write ``obj`` to ``file`` as a blpickle record.
 
     Writing to a path is atomic: a regular file is replaced only once the record is complete
-    and on the device; FIFOs and devices are written in place (see
-    :func:`blpickle.files.atomic_write`).
-    ``options`` are :class:`blpickle.Options` fields (``codec=``, ``clevel=``, ``shuffle=``,
-    ``bytedelta=``, ``chunk_size=``, ``nthreads=``, ``pickler=``) or ``preset=``. With
-    ``key`` (bytes) the record is signed: ``load(..., key=key)`` checks it.
+    and on the device; FIFOs and devices are written in place.
+
+    Args:
+        obj: the object to pickle.
+        file: a binary file object (anything with ``write``: files, pipes, sockets) or a
+            path (``str`` or ``os.PathLike``; ``~`` is expanded).
+        protocol: pickle protocol of the object graph, 5 by default (the one with out-of-band
+            buffers; 0-4 keep every buffer in the pickle).
+        fix_imports: as in `pickle.dump`.
+        buffer_callback: as in `pickle.dump`: buffers it returns false for are kept by the
+            caller, who passes them to `load` as ``buffers=``.
+        key: sign the record with HMAC-SHA256 under this key (non-empty bytes);
+            ``load(..., key=key)`` checks it.
+        **options: `blpickle.Options` fields (``codec``, ``clevel``, ``shuffle``,
+            ``bytedelta``, ``chunk_size``, ``nthreads``, ``pickler``) or ``preset`` (a name
+            of `blpickle.PRESETS` or an `Options`), validated before anything is written.
+
+    Example:
+        ```python
+        blpickle.dump({"weights": np.ones((1000, 1000))}, "model.blp", preset="fast")
+        ```
 
     Raises:
         blpickle.OptionsError: for an invalid option.
@@ -563,7 +578,19 @@ def dumps(
     key: bytes | None = None,
     **options: Any,
 ) -> bytes:
-    """Return ``obj`` as a blpickle record in a bytes object; see :func:`dump`."""
+    """Return ``obj`` as a blpickle record in a bytes object.
+
+    Takes the arguments of `dump` but ``file``.
+
+    Example:
+        ```python
+        data = blpickle.dumps(np.arange(10**6), codec="zstd")
+        ```
+
+    Raises:
+        blpickle.OptionsError: for an invalid option.
+        pickle.PicklingError: when ``obj`` cannot be pickled.
+    """
     out = io.BytesIO()
     dump(obj, out, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, **options)
     return out.getvalue()
@@ -582,10 +609,31 @@ def load(
     allowed: Iterable[str | Any] = (),
     key: bytes | None = None,
 ) -> Any:
-    """Read one object from ``file`` (a binary file object or a path, ``~`` expanded).
+    """Read one object from ``file``: a blpickle record or plain pickle data.
 
-    Reads blpickle records and plain pickle data. See :class:`Unpickler` for ``mmap_mode``,
-    ``nthreads``, ``safe``, ``allowed`` and ``key``.
+    Args:
+        file: a binary file object (anything with ``read``) or a path (``~`` is expanded).
+            After a record, a file is left just after it, so records written one after the
+            other load one after the other.
+        fix_imports: as in `pickle.load`.
+        encoding: as in `pickle.load` (for Python 2 pickles).
+        errors: as in `pickle.load` (for Python 2 pickles).
+        buffers: the out-of-band buffers a ``buffer_callback`` kept at dump time, in order.
+        mmap_mode: ``"r"``, ``"r+"`` or ``"c"``: arrays of records written with ``codec=None``
+            view a memory map of the file, as with `numpy.load` (not checksummed); None (the
+            default) reads the file.
+        nthreads: decompression threads (default: every available CPU).
+        safe: refuse every global but builtin containers and scalars and numpy arrays,
+            dtypes and scalars, with a restricted unpickler (`blpickle.restricted`).
+        allowed: more globals a safe load may import: ``"pkg.mod.Name"``, ``"pkg.*"``, or the
+            objects themselves. Implies ``safe``.
+        key: the key the record was signed with: the signature is checked before anything
+            is decompressed or unpickled; unsigned or altered records raise `SignatureError`.
+
+    Example:
+        ```python
+        obj = blpickle.load("model.blp", safe=True)
+        ```
 
     Raises:
         blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
@@ -623,8 +671,14 @@ def loads(
     allowed: Iterable[str | Any] = (),
     key: bytes | None = None,
 ) -> Any:
-    """Read one object from a bytes-like object (a blpickle record or plain pickle data);
-    see :func:`load`.
+    """Read one object from a bytes-like object: a blpickle record or plain pickle data.
+
+    Takes the arguments of `load` but ``file`` and ``mmap_mode``.
+
+    Example:
+        ```python
+        array = blpickle.loads(blpickle.dumps(np.arange(10)))
+        ```
 
     Raises:
         TypeError: for ``str`` input.

@@ -1,7 +1,7 @@
 """The restricted unpickler of safe mode (``safe=True``, ``allowed=``).
 
 A pure-Python interpreter of the pickle opcodes of protocols 0-5. Every global goes through
-a :class:`~blpickle.safe.Policy`. Where the C unpickler would hand attacker data to native
+a `Policy`. Where the C unpickler would hand attacker data to native
 code that does not check it, this one rebuilds the object from validated parts with numpy's
 public constructors:
 
@@ -17,8 +17,8 @@ public constructors:
 none of builtin or numpy objects. Opcodes that Python 3 never writes or that reach outside
 the pickle (``INST``, ``OBJ``, ``PERSID``, ``BINPERSID``, ``EXT1/2/4``) are refused.
 
-Malformed input raises :class:`CorruptError` (or :class:`TruncatedError`,
-:class:`UnsafeLoadError`); errors raised by the callables and ``__setstate__`` of types the
+Malformed input raises `CorruptError` (or `TruncatedError`,
+`UnsafeLoadError`); errors raised by the callables and ``__setstate__`` of types the
 caller allowed pass through unchanged.
 """
 

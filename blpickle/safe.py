@@ -2,7 +2,7 @@
 and what the caller allows.
 
 Every global a pickle imports goes through ``Unpickler.find_class``, whichever path the data
-takes (records, plain pickle data, object arrays, nested containers): a :class:`Policy`
+takes (records, plain pickle data, object arrays, nested containers): a `Policy`
 checks it there, before anything it names is imported or called.
 """
 
@@ -61,7 +61,7 @@ class Policy:
 
     Args:
         allowed: extra import paths (``"package.module.Name"``, or ``"package.*"`` for a whole
-            package) or the types and functions themselves, on top of :data:`SAFE_GLOBALS`.
+            package) or the types and functions themselves, on top of `SAFE_GLOBALS`.
 
     Raises:
         TypeError: for an entry that is neither a string nor an importable object.
@@ -73,7 +73,7 @@ class Policy:
         self._packages = tuple(p[:-2] for p in paths if p.endswith(".*"))
 
     def check(self, module: str, name: str) -> None:
-        """Return if ``module.name`` may be imported; raise :class:`UnsafeLoadError` if not.
+        """Return if ``module.name`` may be imported; raise `UnsafeLoadError` if not.
 
         The name must be allowed: an exact name, or inside an allowed package. Names reaching
         through dunder attributes (``Class.__init__.__globals__``) are always refused: they

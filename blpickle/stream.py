@@ -125,7 +125,7 @@ GRAPH_CODEC = "zstd"
 
 class PackedStream:
     """A stream compressed while it is still being written, for the pickle stream: each chunk
-    given to :meth:`add` is compressed in the shared pool at once, so that compressing the
+    given to `add` is compressed in the shared pool at once, so that compressing the
     pickle overlaps pickling the rest of it.
 
     Attributes:
@@ -344,11 +344,11 @@ class Source:
     pos: int
 
     def read(self, size: int, what: str) -> Any:
-        """Return exactly ``size`` bytes (bytes-like) or raise :class:`TruncatedError`."""
+        """Return exactly ``size`` bytes (bytes-like) or raise `TruncatedError`."""
         raise NotImplementedError
 
     def readinto(self, dst: memoryview, what: str) -> None:
-        """Fill ``dst`` completely or raise :class:`TruncatedError`."""
+        """Fill ``dst`` completely or raise `TruncatedError`."""
         raise NotImplementedError
 
     def map(self, size: int, what: str) -> np.ndarray | None:
@@ -358,7 +358,7 @@ class Source:
 
     def size(self) -> int | None:
         """Bytes from the record start to the end of the data, if known (random access:
-        then :meth:`read_at` and :meth:`seek` work too)."""
+        then `read_at` and `seek` work too)."""
         return None
 
     def read_at(self, offset: int, size: int) -> Any:
@@ -426,8 +426,8 @@ class FileSource(Source):
     more than it holds: a large read is made in pieces, so a size declared by a damaged or
     forged record allocates only what the file really has.
 
-    For a plain file on disk (see :func:`plain_fileno`) it also offers random access
-    (:meth:`size`, :meth:`read_at`, :meth:`seek`), measured from where the record starts.
+    For a plain file on disk (see `plain_fileno`) it also offers random access
+    (`size`, `read_at`, `seek`), measured from where the record starts.
     """
 
     def __init__(self, file: BinaryIO, pos: int = 0) -> None:
@@ -527,7 +527,7 @@ _MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS
 
 
 def map_file(file: BinaryIO, mmap_mode: str) -> mmap.mmap | None:
-    """Map a regular file whole (see :func:`plain_fileno`): read-only for ``mmap_mode``
+    """Map a regular file whole (see `plain_fileno`): read-only for ``mmap_mode``
     "r", shared read-write for "r+", copy-on-write for "c". Return None when ``file`` is
     not a plain file or is empty.
 
@@ -548,7 +548,7 @@ class RecordReader:
         source: where to read; positioned just after the magic bytes when ``magic`` is given.
         nthreads: decompression threads.
         magic: the first bytes already read from the source (the caller peeked at them).
-        key: verify the record's signature with this key in :meth:`finish`; an unsigned
+        key: verify the record's signature with this key in `finish`; an unsigned
             record is refused at once.
 
     Raises:
@@ -657,7 +657,7 @@ class RecordReader:
         the first in the pool; return an iterator over its decompressed chunks, in order, so
         that unpickling can start with the first chunk while the others decompress. The first one is
         decompressed by the iterator itself (its caller would only wait for the pool). (A raw
-        pickle stream comes whole, as from :meth:`read_stream`.)
+        pickle stream comes whole, as from `read_stream`.)
 
         Raises:
             LoadError subclasses when a frame is damaged, truncated or inconsistent (for a
@@ -688,7 +688,7 @@ class RecordReader:
 
     def buffers(self) -> Iterator[np.ndarray]:
         """Yield the out-of-band buffers lazily, in order (splices are read by
-        :class:`PickleFile` where the pickle reaches them)."""
+        `PickleFile` where the pickle reaches them)."""
         while (info := self.next_stream()) is not None:
             if info.splice is not None:
                 raise CorruptError(
@@ -774,7 +774,7 @@ class RecordReader:
 
     def _read_graph(self, info: fmt.StreamInfo) -> tuple[np.ndarray, list[tuple]]:
         """Read every frame of the compressed pickle stream, then allocate where it
-        decompresses to; return that and the frames (:func:`unpack_chunk` arguments).
+        decompresses to; return that and the frames (`unpack_chunk` arguments).
 
         Raises:
             LimitError: when the stream declares more than ``MAX_GRAPH_RATIO`` times its
@@ -857,7 +857,7 @@ class RecordReader:
 
 
 def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
-    """Yield where each chunk (a :func:`unpack_chunk` argument tuple) is decompressed to, in
+    """Yield where each chunk (a `unpack_chunk` argument tuple) is decompressed to, in
     order: once its future is done, or after decompressing it here when it has none.
 
     Raises:
@@ -908,7 +908,7 @@ def unpack_chunk(
 
 
 def _unpack_frame(job: tuple) -> bytes | None:
-    """Run :func:`unpack_chunk` on a frame; return its BLAKE2b digest if the record is signed."""
+    """Run `unpack_chunk` on a frame; return its BLAKE2b digest if the record is signed."""
     *chunk, sign = job
     unpack_chunk(*chunk)
     return fmt.frame_digest(chunk[0]) if sign else None

@@ -10,6 +10,6 @@ from __future__ import annotations
 __all__ = ["JOBLIB_MAGIC"]
 
 #: The first 8 bytes of a stream written by the ``"blosc"`` joblib compressor
-#: (:mod:`blpickle.integrations.joblib`), here so that the command line can recognise such
+#: (`blpickle.integrations.joblib`), here so that the command line can recognise such
 #: files without importing joblib.
 JOBLIB_MAGIC = b"\xb2BLJB\r\n\x1a"

@@ -81,13 +81,13 @@ CallQueue: type = concurrent.futures.process._SafeQueue
 
 
 def is_unused_call_queue(queue: Any) -> bool:
-    """True for a call queue of exactly :data:`CallQueue` that nothing went through yet (no
+    """True for a call queue of exactly `CallQueue` that nothing went through yet (no
     feeder thread, nothing buffered, nothing in its pipe), as when the executor starts its
     first worker."""
     return type(queue) is CallQueue and queue._thread is None and not queue._buffer and not queue._reader.poll()
 
 
 def give_call_queue_class(queue: Any, cls: type) -> None:
-    """Make an unused call queue (see :func:`is_unused_call_queue`) an instance of ``cls``, a
-    subclass of :data:`CallQueue` that adds methods and no slots."""
+    """Make an unused call queue (see `is_unused_call_queue`) an instance of ``cls``, a
+    subclass of `CallQueue` that adds methods and no slots."""
     queue.__class__ = cls

@@ -5,10 +5,10 @@ Each buffer travels on its own, either raw (zero copy on the sending side) or as
 independently compressed Blosc2 chunks; which one is decided per buffer by compressing a small
 sample (as dask's ``maybe_compress`` does), so incompressible data costs no compression time.
 The transports (pipes, loky's byte strings, dask frames) only differ in how they carry the
-graph, the buffer descriptors and the chunks: see :mod:`.multiprocessing`, :mod:`.loky` and
-:mod:`.dask`.
+graph, the buffer descriptors and the chunks: see `.multiprocessing`, `.loky` and
+`.dask`.
 
-Nothing here is part of the file format of :mod:`blpickle.format`: these messages are never
+Nothing here is part of the file format of `blpickle.format`: these messages are never
 stored, only sent to a peer running the same version of blpickle.
 """
 
@@ -54,7 +54,7 @@ class WireOptions:
     """How objects travel to another process.
 
     Attributes:
-        options: the :class:`blpickle.Options` used for the pickler and for Blosc2 (``codec``,
+        options: the `blpickle.Options` used for the pickler and for Blosc2 (``codec``,
             ``clevel``, ``shuffle``, ``bytedelta``, ``chunk_size``, ``nthreads``, ``pickler``).
         compress: ``"auto"`` compresses a buffer when a sample of it shrinks by ``min_ratio``;
             ``True`` compresses every buffer of ``min_size`` bytes or more, ``False`` none.
@@ -100,10 +100,10 @@ def wire_options(
     defaults: WireOptions | None = None,
     **options: Any,
 ) -> WireOptions:
-    """Build :class:`WireOptions` from a preset and keyword options.
+    """Build `WireOptions` from a preset and keyword options.
 
-    ``preset`` is a :data:`blpickle.PRESETS` name, an :class:`blpickle.Options` or a
-    :class:`WireOptions`; ``options`` are :class:`blpickle.Options` fields. Without a preset the
+    ``preset`` is a `blpickle.PRESETS` name, an `blpickle.Options` or a
+    `WireOptions`; ``options`` are `blpickle.Options` fields. Without a preset the
     transfer defaults apply (``codec="lz4", clevel=5, chunk_size=4 MiB``); ``pickler`` is
     ``"cloudpickle"`` unless given.
 
@@ -135,7 +135,7 @@ def wire_options(
 
 
 def _rebuild_array(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str) -> np.ndarray:
-    """Rebuild an array sent by :class:`_Collector` around ``buffer`` without copying it.
+    """Rebuild an array sent by `_Collector` around ``buffer`` without copying it.
 
     The result is always writable, as with plain pickle: the receiving side owns the memory it
     received into, so a read-only view of it (an array that was read-only when sent) is
@@ -273,7 +273,7 @@ def pickle_graph(
 
 
 def unpickle_graph(graph: Any, buffers: Iterable[Any]) -> Any:
-    """Load a pickle made by :func:`pickle_graph` with its received buffers."""
+    """Load a pickle made by `pickle_graph` with its received buffers."""
     return pickle.loads(graph, buffers=buffers)
 
 
@@ -316,7 +316,7 @@ def chunk_spans(nbytes: int, chunk_size: int) -> list[tuple[int, int]]:
 
 
 def check_layout(nbytes: int, chunk_size: int) -> None:
-    """Refuse descriptors that cannot come from :func:`plan` (the peer is trusted, but a bug
+    """Refuse descriptors that cannot come from `plan` (the peer is trusted, but a bug
     should not become a huge allocation or a Blosc2 overflow).
 
     Raises:

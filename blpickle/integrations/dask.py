@@ -1,13 +1,15 @@
 """A ``"blpickle"`` serialization family for dask.distributed.
 
-:func:`register` registers the family in this process (importing this module registers
-nothing). Workers need it too: register :class:`WorkerPlugin` (it registers the family on every
-worker, now and later) before sending data::
+`register` registers the family in this process (importing this module registers
+nothing). Workers need it too: register `WorkerPlugin` (it registers the family on every
+worker, now and later) before sending data:
 
-    from blpickle.integrations import dask as bldask
-    bldask.register()
-    client = Client(cluster, serializers=bldask.SERIALIZERS, deserializers=bldask.DESERIALIZERS)
-    client.register_plugin(bldask.WorkerPlugin())
+```python
+from blpickle.integrations import dask as bldask
+bldask.register()
+client = Client(cluster, serializers=bldask.SERIALIZERS, deserializers=bldask.DESERIALIZERS)
+client.register_plugin(bldask.WorkerPlugin())
+```
 
 Data wrapped for serialization then travels as blpickle frames: what the client scatters, what
 it gathers (workers answer with the client's ``deserializers``) and, with the plugin's default
@@ -64,7 +66,7 @@ _WIRE = DASK_DEFAULTS
 
 def configure(preset: Any = None, **options: Any) -> WireOptions:
     """Set how this process serializes (``codec=``, ``clevel=``, ..., ``compress=``,
-    ``min_size=``, ``min_ratio=``); give the same to :class:`WorkerPlugin` for workers."""
+    ``min_size=``, ``min_ratio=``); give the same to `WorkerPlugin` for workers."""
     global _WIRE
     _WIRE = wire_options(preset, defaults=DASK_DEFAULTS, **options)
     return _WIRE
@@ -147,9 +149,9 @@ class WorkerPlugin(_WorkerPlugin):
     """Registers the ``"blpickle"`` family on every worker and applies the options.
 
     Args:
-        preset: as :func:`configure`.
+        preset: as `configure`.
         peers: also use blpickle for data workers fetch from each other.
-        **options: as :func:`configure`.
+        **options: as `configure`.
     """
 
     name = "blpickle"

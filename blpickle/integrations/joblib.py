@@ -1,22 +1,22 @@
 """blpickle for joblib users: the ``"blosc"`` compressor and the ``"blpickle"`` store backend.
 
-:func:`register` registers with joblib (importing this module registers nothing):
+`register` registers with joblib (importing this module registers nothing):
 
 - the compressor ``"blosc"``: ``joblib.dump(obj, f, compress="blosc")`` or
   ``compress=("blosc", level)``, files named ``*.blosc``, ``joblib.Memory(..., compress="blosc")``;
   ``joblib.load`` recognises the files by their first byte. joblib hands a compressor an opaque
-  byte stream, so :class:`BloscFile` cuts it into chunks, picks the shuffle element size of each
+  byte stream, so `BloscFile` cuts it into chunks, picks the shuffle element size of each
   chunk (1, 2, 4, 8 or 16 bytes) and byte or bit shuffle by compressing a sample, and
   compresses the chunks with Blosc2 in a thread pool while another thread writes. Every chunk
   carries a checksum checked before Blosc2 sees it. The byte layout is in ``docs/joblib.md``.
 - the store backend ``"blpickle"``: ``joblib.Memory(location, backend="blpickle")`` writes cached
-  results with :func:`blpickle.dump` (array-aware, checksummed, atomic) and reads them with
-  :func:`blpickle.load`; with ``compress=False`` (joblib's default) buffers are stored raw and
+  results with `blpickle.dump` (array-aware, checksummed, atomic) and reads them with
+  `blpickle.load`; with ``compress=False`` (joblib's default) buffers are stored raw and
   ``mmap_mode="r"`` maps them.
 
 The compressor must be registered in every process that writes or loads such files. In worker
 processes, pass ``compress=blpickle.integrations.joblib.BLOSC`` (a ``"blosc"`` string that
-registers the compressor where it is unpickled) or call :func:`register` in the worker's code.
+registers the compressor where it is unpickled) or call `register` in the worker's code.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ __all__ = [
 MAGIC = JOBLIB_MAGIC
 #: What joblib matches to recognise the stream: the magic's first byte, which is neither a pickle
 #: opcode nor the first byte of another joblib format, so a file cut inside the magic still comes
-#: to :class:`BloscFile` and is reported as truncated.
+#: to `BloscFile` and is reported as truncated.
 PREFIX = MAGIC[:1]
 #: ``joblib.dump(obj, "name.blosc")`` compresses with ``"blosc"``.
 EXTENSION = ".blosc"
@@ -112,7 +112,7 @@ ALTERNATIVE_SAVING = 0.005
 #: The compressor's default: blpickle's default options (codec "auto", shuffle, 4 MiB chunks;
 #: joblib writes 16 MiB at a time, cut into four chunks).
 STREAM_OPTIONS = Options()
-#: ``count`` for :func:`blpickle.stream.map_ordered`: the number of chunks is not known.
+#: ``count`` for `blpickle.stream.map_ordered`: the number of chunks is not known.
 _UNKNOWN_COUNT = 1 << 62
 
 _WRITE, _READ = "wb", "rb"
@@ -125,14 +125,14 @@ _WRITE, _READ = "wb", "rb"
 def pick_filters(chunk: Any, options: Options, alternatives: Sequence[Options] = ()) -> tuple[Options, int]:
     """Return the options and element size that compress a sample of ``chunk`` best.
 
-    The element size is the one of :data:`TYPESIZES` that compresses the sample best with
+    The element size is the one of `TYPESIZES` that compresses the sample best with
     ``options``' filters and the fast lz4 codec (ties go to the smaller size; without shuffle
     or bytedelta it changes nothing: 1). Then ``options`` and each of ``alternatives`` (other
     filters) compress the sample at that size with their own codec: an alternative is used
-    only if it gives less than :data:`ALTERNATIVE_GAIN` times the size of ``options`` and
-    saves :data:`ALTERNATIVE_SAVING` of the raw sample (bit shuffle is often slower to
+    only if it gives less than `ALTERNATIVE_GAIN` times the size of ``options`` and
+    saves `ALTERNATIVE_SAVING` of the raw sample (bit shuffle is often slower to
     compress, so it must win clearly). The sample is
-    :data:`SAMPLE_PIECES` pieces of :data:`SAMPLE_PIECE_SIZE` bytes spread over the chunk, each
+    `SAMPLE_PIECES` pieces of `SAMPLE_PIECE_SIZE` bytes spread over the chunk, each
     starting at a multiple of 16 bytes from the chunk start.
     """
     sample = spread_sample(chunk, SAMPLE_PIECES * SAMPLE_PIECE_SIZE, 16, SAMPLE_PIECES)
@@ -162,8 +162,8 @@ def pick_filters(chunk: Any, options: Options, alternatives: Sequence[Options] =
 
 
 def pick_typesize(chunk: Any, options: Options) -> int:
-    """Return the element size of :data:`TYPESIZES` that compresses a sample of ``chunk`` best
-    with ``options`` (see :func:`pick_filters`)."""
+    """Return the element size of `TYPESIZES` that compresses a sample of ``chunk`` best
+    with ``options`` (see `pick_filters`)."""
     return pick_filters(chunk, options)[1]
 
 
@@ -179,17 +179,17 @@ class BloscFile(io.RawIOBase):
     """A binary file that writes or reads the chunked Blosc2 stream of the ``"blosc"`` compressor.
 
     Args:
-        file: a path, or a binary file object (left open on :meth:`close`).
+        file: a path, or a binary file object (left open on `close`).
         mode: ``"wb"`` or ``"rb"``.
         compresslevel: Blosc2 level 0 to 9 (``None``: the level of ``options``).
-        options: codec, filters, chunk size and threads (default: :data:`STREAM_OPTIONS`).
+        options: codec, filters, chunk size and threads (default: `STREAM_OPTIONS`).
         try_bitshuffle: with ``shuffle="shuffle"``, also try bit shuffle on each chunk's
             sample and use it where it compresses better (small integers: int16 samples
             compress to 1.37 instead of 1.29, and twice as fast with zstd).
 
     Writing cuts the stream into chunks of ``options.chunk_size`` bytes (rounded down to a
     multiple of 64); a background thread feeds them to a thread pool that compresses them and
-    writes the frames in order, so at most a few chunks are in memory. :meth:`close` writes the
+    writes the frames in order, so at most a few chunks are in memory. `close` writes the
     end record. Reading decompresses ahead in the same pool; every chunk's checksum and sizes are
     verified before Blosc2 sees it, and the end record is checked as soon as the last byte is
     read. Not seekable.
@@ -578,12 +578,14 @@ class BloscFile(io.RawIOBase):
 
 
 class BloscCompressorWrapper(CompressorWrapper):
-    """The joblib compressor: :class:`BloscFile` streams with the given options.
+    """The joblib compressor: `BloscFile` streams with the given options.
 
     Register another name for other defaults, with its own extension (the prefix can stay:
-    any ``"blosc"`` wrapper reads every stream)::
+    any ``"blosc"`` wrapper reads every stream):
 
-        joblib.register_compressor("blosc-lz4", BloscCompressorWrapper("fast", extension=".blz4"))
+    ```python
+    joblib.register_compressor("blosc-lz4", BloscCompressorWrapper("fast", extension=".blz4"))
+    ```
     """
 
     def __init__(
@@ -656,8 +658,8 @@ def options_for_compress(compress: Any) -> Options:
     blpickle's default (codec "auto", level 1, shuffle), an integer 1-9 is that level of the default
     codec; a name or a ``(name, level)`` pair picks the Blosc2 codec closest to that joblib
     compressor (``"zlib"``/``"gzip"`` -> zlib, ``"lz4"`` -> lz4, ``"bz2"``/``"lzma"``/``"xz"`` ->
-    zstd, ``"blosc"`` -> the default), level 0 meaning raw. An :class:`Options` or a preset name
-    of :data:`blpickle.PRESETS` is used as is.
+    zstd, ``"blosc"`` -> the default), level 0 meaning raw. An `Options` or a preset name
+    of `blpickle.PRESETS` is used as is.
 
     Raises:
         OptionsError: for a value joblib would not accept either.
@@ -687,12 +689,12 @@ def options_for_compress(compress: Any) -> Options:
 
 
 class BlpickleStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-type]
-    """A ``joblib.Memory`` store that writes results with :func:`blpickle.dump`.
+    """A ``joblib.Memory`` store that writes results with `blpickle.dump`.
 
     Selected with ``joblib.Memory(location, backend="blpickle")``; everything else is
     joblib's file-system store (same directory layout, ``output.pkl`` per result, so
     ``clear``, ``reduce_size`` and ``call_and_shelve`` work unchanged). ``compress`` maps to
-    blpickle options with :func:`options_for_compress`; ``backend_options`` may also hold
+    blpickle options with `options_for_compress`; ``backend_options`` may also hold
     blpickle options (``codec``, ``clevel``, ``preset``, ``pickler``, ...) that override it.
     Results are written atomically (a temporary file renamed over ``output.pkl``), so
     concurrent writers of one result leave one complete file. Results written by joblib's own
@@ -718,7 +720,7 @@ class BlpickleStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-t
             )
 
     def dump_item(self, call_id: list[str], item: Any, verbose: int = 1) -> None:
-        """Write ``item`` to ``<location>/<call_id...>/output.pkl`` with :func:`blpickle.dump`."""
+        """Write ``item`` to ``<location>/<call_id...>/output.pkl`` with `blpickle.dump`."""
         try:
             item_path = os.path.join(self.location, *call_id)
             if not self._item_exists(item_path):
@@ -745,7 +747,7 @@ class BlpickleStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-t
         timestamp: float | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Any:
-        """Read a result with :func:`blpickle.load` (memory-mapping raw buffers with ``mmap_mode``).
+        """Read a result with `blpickle.load` (memory-mapping raw buffers with ``mmap_mode``).
 
         Raises:
             KeyError: when the result is not in the store.

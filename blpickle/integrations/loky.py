@@ -1,15 +1,17 @@
 """blpickle as loky's pickler, for ``joblib.Parallel`` and loky executors.
 
-One line, before the first ``Parallel`` call::
+One line, before the first ``Parallel`` call:
 
-    blpickle.integrations.loky.enable()          # or: LOKY_PICKLER=blpickle.integrations.loky
+```python
+blpickle.integrations.loky.enable()          # or: LOKY_PICKLER=blpickle.integrations.loky
+```
 
 ``enable`` calls ``set_loky_pickler("blpickle.integrations.loky")`` of the loky that joblib
 vendors (and of a standalone ``loky`` if installed); loky hands the name to every worker with
 each task, so workers pickle their results with blpickle too.
 
 What changes. loky writes each message as one pickle that the other side reads with plain
-``pickle.loads``; this module's :class:`Pickler` writes such a pickle too, but inside it the
+``pickle.loads``; this module's `Pickler` writes such a pickle too, but inside it the
 object graph is a protocol-5 pickle whose big buffers follow on their own, each one either raw
 (written from the array's memory, received as a writable ``bytearray`` the array is rebuilt
 around: no further copy) or as Blosc2 chunks when a sample shows that compression pays.
@@ -67,7 +69,7 @@ _WIRE = _options_from_env()
 def configure(preset: Any = None, **options: Any) -> WireOptions:
     """Set the options this process (and worker processes started after this call) use.
 
-    Same arguments as :func:`blpickle.integrations.multiprocessing.get_context`
+    Same arguments as `blpickle.integrations.multiprocessing.get_context`
     (``codec=``, ``clevel=``, ..., ``compress=``, ``min_size=``, ``min_ratio=``).
     """
     global _WIRE
@@ -95,7 +97,7 @@ def _set_loky_pickler(name: str | None) -> None:
 
 def enable(preset: Any = None, **options: Any) -> None:
     """Make loky (and so ``joblib.Parallel``) pickle with blpickle in this process and in its
-    workers; options as :func:`configure`."""
+    workers; options as `configure`."""
     if preset is not None or options:
         configure(preset, **options)
     _set_loky_pickler(NAME)

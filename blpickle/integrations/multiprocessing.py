@@ -1,11 +1,13 @@
 """multiprocessing and concurrent.futures that send objects with blpickle.
 
-One line::
+One line:
 
-    ctx = blpickle.integrations.multiprocessing.get_context("spawn")   # or "fork", "forkserver"
-    with ctx.Pool(2) as pool: ...
-    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as ex: ...
-    q = ctx.Queue(); r, w = ctx.Pipe()
+```python
+ctx = blpickle.integrations.multiprocessing.get_context("spawn")   # or "fork", "forkserver"
+with ctx.Pool(2) as pool: ...
+with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as ex: ...
+q = ctx.Queue(); r, w = ctx.Pipe()
+```
 
 Objects then travel as a small cloudpickle (protocol 5, so lambdas and functions defined in
 ``__main__`` travel too) followed by each big buffer on its own: a raw buffer goes from the
@@ -18,8 +20,8 @@ pickle sent by the standard library can still be received.
 
 Why a context rather than ``ctx.reducer = ...``: ``multiprocessing`` binds its pickler into
 ``connection`` and ``queues`` when they are imported, and pickles everything into one bytes
-object before writing it. A :class:`BlpickleContext` instead hands out its own
-:class:`Connection` (``send``/``recv`` overridden), and queues built on it; nothing global
+object before writing it. A `BlpickleContext` instead hands out its own
+`Connection` (``send``/``recv`` overridden), and queues built on it; nothing global
 changes.
 ``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from the standard
 ``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in place when
@@ -152,7 +154,7 @@ class Connection(_connection.Connection):
 
     Args:
         handle: the file descriptor.
-        options: a :class:`WireOptions` (see :func:`get_context`).
+        options: a `WireOptions` (see `get_context`).
     """
 
     def __init__(
@@ -168,7 +170,7 @@ class Connection(_connection.Connection):
 
     @property
     def options(self) -> WireOptions:
-        """The :class:`WireOptions` of this connection."""
+        """The `WireOptions` of this connection."""
         return self._wire
 
     def send(self, obj: Any) -> None:
@@ -178,7 +180,7 @@ class Connection(_connection.Connection):
         self._transmit(self._encode(obj))
 
     def recv(self) -> Any:
-        """Receive an object sent by :meth:`send` (or a plain multiprocessing message)."""
+        """Receive an object sent by `send` (or a plain multiprocessing message)."""
         self._check_closed()
         self._check_readable()
         return self._receive()
@@ -550,7 +552,7 @@ class BlpickleContext(_context.BaseContext):
         return self._process_class(group, target, name, args, kwargs or {}, daemon=daemon)
 
     def Pipe(self, duplex: bool = True) -> tuple[Connection, Connection]:
-        """A pair of blpickle :class:`Connection` objects."""
+        """A pair of blpickle `Connection` objects."""
         return Pipe(duplex, options=self.wire_options)
 
     def Queue(self, maxsize: int = 0) -> Queue:
@@ -568,10 +570,10 @@ def get_context(method: str | None = None, preset: Any = None, **options: Any) -
 
     Args:
         method: ``"fork"``, ``"spawn"``, ``"forkserver"`` or None (the current default).
-        preset: a :data:`blpickle.PRESETS` name or :class:`blpickle.Options` for Blosc2.
-        options: :class:`blpickle.Options` fields (``codec=``, ``clevel=``, ``shuffle=``,
+        preset: a `blpickle.PRESETS` name or `blpickle.Options` for Blosc2.
+        options: `blpickle.Options` fields (``codec=``, ``clevel=``, ``shuffle=``,
             ``bytedelta=``, ``chunk_size=``, ``nthreads=``, ``pickler=``) and
-            :class:`WireOptions` fields: ``compress=`` ("auto", True, False), ``min_size=``,
+            `WireOptions` fields: ``compress=`` ("auto", True, False), ``min_size=``,
             ``min_ratio=``, ``inband_size=``. ``codec=None`` never compresses.
 
     Raises:
@@ -591,7 +593,7 @@ def install(method: str | None = None, preset: Any = None, **options: Any) -> Bl
 
     Only the attributes of the ``multiprocessing`` module change: names imported before
     (``from multiprocessing import Pool``) keep the standard behaviour. Undo with
-    :func:`uninstall`.
+    `uninstall`.
     """
     ctx = get_context(method, preset, **options)
     if not _SAVED:
@@ -602,7 +604,7 @@ def install(method: str | None = None, preset: Any = None, **options: Any) -> Bl
 
 
 def uninstall() -> None:
-    """Restore what :func:`install` replaced."""
+    """Restore what `install` replaced."""
     for name, value in _SAVED.items():
         setattr(multiprocessing, name, value)
     _SAVED.clear()
