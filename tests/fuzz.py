@@ -8,10 +8,10 @@ the attacker holds the key. The result goes to ``loads``, ``loads(safe=True)``,
 ``loads(key=...)``, ``inspect`` and the CLI's ``info`` and ``verify``.
 
 A case fails when any of them raises an exception outside blpickle's tree
-(:class:`blpickle.LoadError`; ``loads`` without ``safe`` may also raise what the functions
-the pickle calls raise, see :data:`GRAPH_ERRORS`), crashes the process, runs longer than
-the time bound, or raises the process's peak RSS more than the memory bound above what it
-was before the case; or when ``loads(key=...)`` accepts a record altered without the key.
+(:class:`blpickle.LoadError`; an unrestricted ``loads`` also lets through what ``find_class``
+and Python code outside blpickle that the pickle calls raise, as ``pickle.loads`` does),
+crashes the process, runs longer than the time bound, or raises the process's peak RSS more
+than the memory bound; or when ``loads(key=...)`` accepts a record altered without the key.
 
 Cases run in batches in worker subprocesses, so that a crash or a hang costs one case; each
 case is reproducible from its seed and number::
@@ -30,13 +30,15 @@ import functools
 import io
 import json
 import os
-import pickle
 import pickletools
+import queue
 import random
+import resource
 import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -52,17 +54,17 @@ from blpickle import cli
 from blpickle import format as fmt
 
 KEY = b"fuzz key"
+#: The targets that run any global the pickle names.
+UNRESTRICTED = ("loads", "loads(key=...)")
 #: A target may raise the process's peak RSS by at most this many bytes (``loads``: plus the
 #: size of the record's decompressed streams, which it legitimately holds).
 MEMORY_BOUND = 256 << 20
+#: A worker may map at most this many bytes more than it had mapped before its first case.
+ADDRESS_SPACE_BOUND = 3 << 30
 #: The largest stream of zeros the mutator writes (a decompression bomb).
 BOMB_SIZE = 512 << 20
 #: A case may run at most this many seconds (all targets together).
 TIME_BOUND = 60.0
-#: Besides LoadErrors, what ``loads`` without ``safe`` lets through: the errors of the
-#: functions and classes the (mutated) pickle names and calls with its (mutated) arguments,
-#: as ``pickle.loads`` does.
-GRAPH_ERRORS = (TypeError, AttributeError, ValueError, ImportError)
 #: Globals the opcode mutator writes into pickles: harmless to call with any arguments (the
 #: unrestricted ``loads`` runs them), and all refused by ``safe=True``.
 INJECTED_GLOBALS = [
@@ -151,7 +153,6 @@ class Case:
     frames: list[tuple[bytes, bool]] | None = None  # (payload, raw) per frame, once encoded
     trailer: dict[str, Any] | None = None  # a forged trailer, else rebuilt from the frames
     has_key: bool = False  # the attacker signs the result
-    injected: bool = False  # the pickle names a global from INJECTED_GLOBALS
     log: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
@@ -186,7 +187,10 @@ class Case:
         """Return the record with every checksum right (and its signature, when the
         attacker holds the key)."""
         parts = dataclasses.replace(
-            self.parts, payloads=[p for p, _ in self.frames], raw=[r for _, r in self.frames], trailer=dict(self.parts.trailer)
+            self.parts,
+            payloads=[p for p, _ in self.frames],
+            raw=[r for _, r in self.frames],
+            trailer=dict(self.parts.trailer),
         )
         if self.has_key:
             header_bytes = msgpack.packb(parts.header)
@@ -221,7 +225,7 @@ def _pickle_ops(case: Case) -> list[tuple[int, pickletools.OpcodeInfo, Any, int]
         for op, arg, pos in pickletools.genops(bytes(full)):
             start = pos - sum(size for at, size in inserted if at < pos)
             ops.append((start, op, arg, 0))
-    except Exception:  # noqa: BLE001, S110 - a pickle mutated before: keep the opcodes read so far
+    except Exception:  # a pickle mutated before: keep the opcodes read so far
         pass
     with_length = []
     for n, (start, op, arg, _) in enumerate(ops):
@@ -305,7 +309,6 @@ def mutate_opcodes(case: Case, rng: random.Random) -> None:
             _replace(case, start, length, new, fix)
         else:
             _replace(case, start, 0, new, fix)
-        case.injected = True
         case.log.append(f"global {module}.{name} at {start}")
     else:  # swap it with the next opcode
         following = [o for o in ops if o[0] == start + length]
@@ -348,7 +351,6 @@ def mutate_splices(case: Case, rng: random.Random) -> None:
             infos[other]["splice"] = info["splice"]
         case.log.append(f"stream {other} splice toggled")
     elif choice == 3:  # a splice in the middle of a bytes literal that looks like a payload opcode
-        data = case.streams[0].data
         fake = b"C\x11\x8e" + len(case.streams[number].data).to_bytes(8, "little") + b"\x8cposix"[:6]
         at = info["splice"] - 9 - rng.randrange(0, 3)
         if at > 0:
@@ -368,7 +370,9 @@ def mutate_stream_data(case: Case, rng: random.Random) -> None:
     stream = case.streams[number]
     choice = rng.randrange(4)
     if choice == 0:
-        size = rng.choice([0, 1, len(stream.data) // 2, len(stream.data) - 1, len(stream.data) + 1, len(stream.data) * 2])
+        size = rng.choice(
+            [0, 1, len(stream.data) // 2, len(stream.data) - 1, len(stream.data) + 1, len(stream.data) * 2]
+        )
         stream.data = (stream.data * 3)[:size] if stream.data else bytes(size)
     elif choice == 1:
         data = bytearray(stream.data)
@@ -535,6 +539,14 @@ ENCODED = [mutate_header, mutate_header, mutate_frames, mutate_trailer]
 _BASES: dict[str, tuple[bytes, Case]] = {}
 
 
+def _base(kind: Kind) -> tuple[bytes, Case]:
+    """Return the valid record of a kind and its parts (made once per process)."""
+    if kind.name not in _BASES:
+        record = kind.record()
+        _BASES[kind.name] = (record, Case.from_record(kind, record))
+    return _BASES[kind.name]
+
+
 def _apply(mutation: Callable[[Case, random.Random], None], case: Case, rng: random.Random) -> None:
     """Apply a mutation, unless an earlier one left nothing it can work on (a header field
     of the wrong type, say)."""
@@ -548,11 +560,7 @@ def make_case(seed: int, number: int) -> tuple[Case, bytes]:
     """Return case ``number`` of run ``seed``: the mutated case and its record."""
     rng = random.Random(f"{seed}:{number}")
     kind = rng.choice(KINDS)
-    if kind.name not in _BASES:
-        record = kind.record()
-        _BASES[kind.name] = (record, Case.from_record(kind, record))
-    record, base = _BASES[kind.name]
-    case = copy.deepcopy(base)
+    case = copy.deepcopy(_base(kind)[1])
     case.number = number
     case.has_key = kind.signed and rng.random() < 0.5
     for _ in range(rng.choice([0, 1, 1, 1, 2, 3])):
@@ -599,24 +607,29 @@ def _targets(path: str, signed: bool) -> list[tuple[str, Callable[[bytes], Any],
 
     os.environ["BLPICKLE_FUZZ_KEY"] = KEY.decode()
     tree = (blpickle.LoadError,)
-    return [
-        ("loads", blpickle.loads, tree),
+    return [  # the unrestricted ones last: numpy's own reconstructors can crash them
         ("loads(safe=True)", lambda d: blpickle.loads(d, safe=True), tree),
-        *([("loads(key=...)", lambda d: blpickle.loads(d, key=KEY), tree)] if signed else []),
         ("inspect", blpickle.inspect, tree),
         ("inspect(verify=False)", lambda d: blpickle.inspect(d, verify=False), tree),
         ("cli info", run_cli("info"), ()),
         ("cli verify", run_cli("verify"), ()),
+        *([("loads(key=...)", lambda d: blpickle.loads(d, key=KEY), tree)] if signed else []),
+        ("loads", blpickle.loads, tree),
     ]
+
+
+def _status(field: str) -> int:
+    """Return a size field of /proc/self/status (Linux), in bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def _peak_rss() -> int:
     """Return the process's peak RSS in bytes since the last :func:`_reset_peak_rss`."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    return _status("VmHWM")
 
 
 def _reset_peak_rss() -> int:
@@ -626,25 +639,28 @@ def _reset_peak_rss() -> int:
     return _peak_rss()
 
 
-def run_case(case: Case, data: bytes, path: str, verbose: bool = False) -> tuple[list[Failure], int]:
-    """Run a case against every target; return its failures and the largest growth of the
-    peak RSS a target caused."""
+def run_case(
+    case: Case, data: bytes, path: str, verbose: bool = False, starting: Callable[[str], None] | None = None
+) -> tuple[list[Failure], int]:
+    """Run a case against every target (calling ``starting`` with the name of each first);
+    return its failures and the largest growth of the peak RSS a target caused."""
     failures, peak = [], 0
     failed = functools.partial(Failure, case.number, case.kind.name, mutations=case.log)
     data_size = sum(len(s.data) for s in case.streams)
     for name, target, allowed in _targets(path, case.kind.signed):
-        if name == "loads" and case.injected:
-            allowed = (Exception,)  # the injected globals raise what they raise
+        if starting is not None:
+            starting(name)
         before = _reset_peak_rss()
         try:
             result = target(data)
         except allowed:
             result = None
-        except Exception as exc:  # noqa: BLE001 - what the fuzzer looks for
-            if verbose:
-                traceback.print_exc()
-            failures.append(failed(name, f"{type(exc).__name__}: {exc}"[:300]))
+        except Exception as exc:  # what the fuzzer looks for
             result = None
+            if name not in UNRESTRICTED or not _raised_by_called_code(exc):
+                if verbose:
+                    traceback.print_exc()
+                failures.append(failed(name, f"{type(exc).__name__}: {exc}"[:300]))
         grown = _peak_rss() - before
         peak = max(peak, grown)
         if grown > MEMORY_BOUND + (data_size if name.startswith("loads") else 0):
@@ -654,12 +670,23 @@ def run_case(case: Case, data: bytes, path: str, verbose: bool = False) -> tuple
     return failures, peak
 
 
+def _raised_by_called_code(exc: BaseException) -> bool:
+    """True for an error raised in Python code outside blpickle that the pickle called, or
+    by ``find_class`` (a missing module or name)."""
+    *_, (frame, _) = traceback.walk_tb(exc.__traceback__)
+    code = frame.f_code
+    return code is blpickle.Unpickler.find_class.__code__ or not code.co_filename.startswith(_PACKAGE)
+
+
+_PACKAGE = os.path.dirname(blpickle.__file__)
+
+
 def _altered(case: Case, data: bytes) -> bool:
     """True when the record's header or frames differ from the unaltered record's."""
-    original = _BASES[case.kind.name][0]
+    original = _base(case.kind)[0]
     try:
         mutated = records.split(data)
-    except Exception:  # noqa: BLE001 - not even readable: surely altered
+    except Exception:  # not even readable: surely altered
         return True
     base = records.split(original)
     return (mutated.flags, mutated.header, mutated.payloads) != (base.flags, base.header, base.payloads)
@@ -669,9 +696,18 @@ def _altered(case: Case, data: bytes) -> bool:
 # Workers (one subprocess per batch) and the run
 
 
+def _announce(out: io.TextIOBase, number: int, target: str) -> None:
+    out.write(json.dumps({"start": number, "target": target}) + "\n")
+
+
 def worker(seed: int, start: int, stop: int) -> None:
     """Run cases ``start`` to ``stop``, reporting on the original stdout as JSON lines
     (the library's own output, and the CLI's, goes to /dev/null)."""
+    for kind in KINDS:
+        _base(kind)
+    # A case that allocates without bound gets a MemoryError, not the machine's memory.
+    address_space = _status("VmSize") + ADDRESS_SPACE_BOUND
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.getrlimit(resource.RLIMIT_AS)[1]))
     out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -680,11 +716,16 @@ def worker(seed: int, start: int, stop: int) -> None:
         path = os.path.join(tmp, "case.blp")
         for number in range(start, stop):
             case, data = make_case(seed, number)
-            out.write(json.dumps({"start": number}) + "\n")
             began = time.perf_counter()
-            failures, grown = run_case(case, data, path)
+            announce = functools.partial(_announce, out, number)
+            failures, grown = run_case(case, data, path, starting=announce)
             seconds = time.perf_counter() - began
-            doc = {"done": number, "rss": grown, "seconds": seconds, "failures": [dataclasses.asdict(f) for f in failures]}
+            doc = {
+                "done": number,
+                "rss": grown,
+                "seconds": seconds,
+                "failures": [dataclasses.asdict(f) for f in failures],
+            }
             out.write(json.dumps(doc) + "\n")
 
 
@@ -692,8 +733,8 @@ def worker(seed: int, start: int, stop: int) -> None:
 class Report:
     cases: int = 0
     failures: list[Failure] = dataclasses.field(default_factory=list)
-    crashes: list[int] = dataclasses.field(default_factory=list)
-    hangs: list[int] = dataclasses.field(default_factory=list)
+    crashes: list[str] = dataclasses.field(default_factory=list)  # "case: target (exit status)"
+    hangs: list[str] = dataclasses.field(default_factory=list)  # "case: target"
     peak_rss: int = 0
     slowest: float = 0.0
     seconds: float = 0.0
@@ -710,36 +751,36 @@ class Report:
             *(f"  {count:6d}  {target}: {error}" for (target, error), count in sorted(classes.items())),
         ]
         if self.crashes:
-            lines.append(f"  crashes: cases {self.crashes[:20]}")
+            lines.append(f"  crashes: {', '.join(self.crashes[:20])}")
         if self.hangs:
-            lines.append(f"  hangs: cases {self.hangs[:20]}")
+            lines.append(f"  hangs: {', '.join(self.hangs[:20])}")
         return "\n".join(lines)
 
 
 def _batches(seed: int, start: int, stop: int, timeout: float) -> Iterator[dict[str, Any]]:
     """Run cases ``start`` to ``stop`` in worker subprocesses; yield their reports, and
-    ``{"crash": n}`` or ``{"hang": n}`` for a case that killed or stalled its worker (the
-    next worker goes on after it)."""
+    ``{"crash": "case: target (exit status)"}`` or ``{"hang": "case: target"}`` for a case
+    that killed or stalled its worker (the next worker goes on after it)."""
     while start < stop:
         command = [sys.executable, os.path.abspath(__file__), "--worker", "--seed", str(seed),
                    "--start", str(start), "--cases", str(stop - start)]  # fmt: skip
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        current = start
+        current, target = start, ""
         try:
             while True:
                 ready, _, _ = select.select([process.stdout], [], [], timeout)
                 if not ready:
-                    yield {"hang": current}
+                    yield {"hang": f"{current}: {target}"}
                     process.kill()
                     break
                 line = process.stdout.readline()
                 if not line:
                     if process.wait() != 0:
-                        yield {"crash": current, "status": process.returncode}
+                        yield {"crash": f"{current}: {target} ({process.returncode})"}
                     break
                 doc = json.loads(line)
                 if "start" in doc:
-                    current = doc["start"]
+                    current, target = doc["start"], doc["target"]
                 else:
                     current = doc["done"] + 1
                     yield doc
@@ -755,30 +796,37 @@ def run(cases: int, seed: int = 0, jobs: int = 1, timeout: float = TIME_BOUND, f
     report = Report()
     began = time.perf_counter()
     per_job = -(-cases // jobs)
-    streams = [_batches(seed, s, min(s + per_job, first + cases), timeout) for s in range(first, first + cases, per_job)]
-    if jobs > 1:
-        from concurrent.futures import ThreadPoolExecutor
+    docs: queue.Queue[dict[str, Any] | None] = queue.Queue()
 
-        with ThreadPoolExecutor(jobs) as pool:
-            results = pool.map(list, streams)
-            docs = [doc for result in results for doc in result]
-    else:
-        docs = (doc for stream in streams for doc in stream)
-    for doc in docs:
-        if "crash" in doc:
-            report.crashes.append(doc["crash"])
-            report.cases += 1
-            continue
-        if "hang" in doc:
-            report.hangs.append(doc["hang"])
-            report.cases += 1
+    def work(start: int) -> None:
+        try:
+            for doc in _batches(seed, start, min(start + per_job, first + cases), timeout):
+                docs.put(doc)
+        finally:
+            docs.put(None)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(first, first + cases, per_job)]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
+    while running:
+        doc = docs.get()
+        if doc is None:
+            running -= 1
             continue
         report.cases += 1
-        report.peak_rss = max(report.peak_rss, doc["rss"])
-        report.slowest = max(report.slowest, doc["seconds"])
-        report.failures += [Failure(**f) for f in doc["failures"]]
+        if "crash" in doc:
+            report.crashes.append(doc["crash"])
+        elif "hang" in doc:
+            report.hangs.append(doc["hang"])
+        else:
+            report.peak_rss = max(report.peak_rss, doc["rss"])
+            report.slowest = max(report.slowest, doc["seconds"])
+            report.failures += [Failure(**f) for f in doc["failures"]]
         if progress and report.cases % 1000 == 0:
-            print(f"{report.cases} cases, {len(report.failures)} failures", file=sys.stderr, flush=True)
+            print(f"{time.perf_counter() - began:.0f} s: " + report.summary(), file=sys.stderr, flush=True)
+    for thread in threads:
+        thread.join()
     report.seconds = time.perf_counter() - began
     return report
 
@@ -810,7 +858,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report.summary())
     if args.verbose:
         for failure in report.failures:
-            print(f"case {failure.case} ({failure.kind}) {failure.target}: {failure.error} <- {'; '.join(failure.mutations)}")
+            mutations = "; ".join(failure.mutations)
+            print(f"case {failure.case} ({failure.kind}) {failure.target}: {failure.error} <- {mutations}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(dataclasses.asdict(report), out, indent=1)
