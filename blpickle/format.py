@@ -51,6 +51,7 @@ MAX_STREAM_SIZE = 1 << 62
 MAX_CHUNK_SIZE = 1 << 30
 MAX_NDIM = 64
 _MASK64 = (1 << 64) - 1
+_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 def damaged_magic(head: bytes) -> bool:
@@ -290,8 +291,8 @@ class FrameIndex:
             if any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MASK64 for v in values):
                 raise CorruptError(f"trailer: '{key}' must list 64-bit unsigned integers")
         signed = doc.get("signature")
-        if signed is not None and (not isinstance(signed, str) or len(signed) != 64):
-            raise CorruptError("trailer: 'signature' must be 64 hex digits")
+        if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or not set(signed) <= _HEX_DIGITS):
+            raise CorruptError(f"trailer: 'signature' must be 64 lowercase hex digits, found {signed!r:.80}")
         return cls(*lists, signature=signed)
 
 
