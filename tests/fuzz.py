@@ -757,6 +757,13 @@ class Report:
         return "\n".join(lines)
 
 
+#: Workers import the blpickle this process imported.
+_WORKER_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([os.path.dirname(_PACKAGE), os.environ.get("PYTHONPATH", "")]),
+}
+
+
 def _batches(seed: int, start: int, stop: int, timeout: float) -> Iterator[dict[str, Any]]:
     """Run cases ``start`` to ``stop`` in worker subprocesses; yield their reports, and
     ``{"crash": "case: target (exit status)"}`` or ``{"hang": "case: target"}`` for a case
@@ -764,7 +771,7 @@ def _batches(seed: int, start: int, stop: int, timeout: float) -> Iterator[dict[
     while start < stop:
         command = [sys.executable, os.path.abspath(__file__), "--worker", "--seed", str(seed),
                    "--start", str(start), "--cases", str(stop - start)]  # fmt: skip
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=_WORKER_ENV)
         current, target = start, ""
         try:
             while True:
