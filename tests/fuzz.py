@@ -169,7 +169,7 @@ class Case:
 
     def encode_frames(self) -> None:
         """Build the frames from the streams (rebuilding those that changed) and set the
-        header's sizes and splice offsets of the streams that changed."""
+        header's size of each stream that changed."""
         frames: list[tuple[bytes, bool]] = []
         for number, stream in enumerate(self.streams):
             if not stream.dirty:
@@ -179,8 +179,9 @@ class Case:
             else:
                 frames += [(_compress(stream.data[i : i + stream.chunk_size]), False)
                            for i in range(0, len(stream.data), stream.chunk_size)]  # fmt: skip
-            if stream.dirty:
-                self.parts.header["streams"][number]["nbytes"] = len(stream.data)
+            infos = self.parts.header.get("streams")
+            if stream.dirty and isinstance(infos, list) and number < len(infos) and isinstance(infos[number], dict):
+                infos[number]["nbytes"] = len(stream.data)
         self.frames = frames
 
     def to_bytes(self) -> bytes:
@@ -715,9 +716,10 @@ def worker(seed: int, start: int, stop: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "case.blp")
         for number in range(start, stop):
+            announce = functools.partial(_announce, out, number)
+            announce("the mutator")  # a bug of the fuzzer's own is not the library's crash
             case, data = make_case(seed, number)
             began = time.perf_counter()
-            announce = functools.partial(_announce, out, number)
             failures, grown = run_case(case, data, path, starting=announce)
             seconds = time.perf_counter() - began
             doc = {
