@@ -5,7 +5,8 @@ attacker who knows the format would (header fields, preamble flags, streams and 
 splice offsets, the pickle opcodes of stream 0, Blosc2 chunk headers and bytes, frames,
 trailer fields), then recomputes every checksum, and the signature of a signed record when
 the attacker holds the key. The result goes to ``loads``, ``loads(safe=True)``,
-``loads(key=...)``, ``inspect`` and the CLI's ``info`` and ``verify``.
+``loads(key=...)``, ``inspect``, ``inspect(verify=False)`` and the CLI's ``info`` and
+``verify``.
 
 A case fails when any of them raises an exception outside blpickle's tree
 (:class:`blpickle.LoadError`; an unrestricted ``loads`` also lets through what ``find_class``
@@ -17,7 +18,7 @@ Cases run in batches in worker subprocesses, so that a crash or a hang costs one
 case is reproducible from its seed and number::
 
     python tests/fuzz.py --cases 100000             # the long run (docs/security.md)
-    python tests/fuzz.py --seed 0 --case 1234 -v    # one case, in this process, with a traceback
+    python tests/fuzz.py --seed 0 --case 1234       # one case, in this process, with tracebacks
 """
 
 from __future__ import annotations
@@ -63,10 +64,10 @@ MEMORY_BOUND = 256 << 20
 ADDRESS_SPACE_BOUND = 3 << 30
 #: The largest stream of zeros the mutator writes (a decompression bomb).
 BOMB_SIZE = 512 << 20
-#: A case may run at most this many seconds (all targets together).
+#: A target may run at most this many seconds on a case (else it hangs).
 TIME_BOUND = 60.0
 #: Globals the opcode mutator writes into pickles: harmless to call with any arguments (the
-#: unrestricted ``loads`` runs them), and all refused by ``safe=True``.
+#: unrestricted ``loads`` runs them); ``safe=True`` allows the last three.
 INJECTED_GLOBALS = [
     ("builtins", "len"),
     ("builtins", "getattr"),
@@ -846,7 +847,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
     parser.add_argument("--start", type=int, default=0, help="number of the first case")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes at once (default 1)")
-    parser.add_argument("--timeout", type=float, default=TIME_BOUND, help="seconds a case may take")
+    parser.add_argument("--timeout", type=float, default=TIME_BOUND, help="seconds a target may take on a case")
     parser.add_argument("--case", type=int, help="run this one case here, printing tracebacks")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every failure")
     parser.add_argument("--json", help="write the failures to this file")
