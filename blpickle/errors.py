@@ -9,7 +9,7 @@ BlpickleError
       ├── UnsupportedVersionError       a format major version this reader does not know
       ├── TruncatedError (EOFError)     the input ended early
       ├── ChecksumError                 a stored checksum does not match the data
-      ├── LimitError                    a declared size is over a limit
+      ├── LimitError                    a declared size is over a limit or cannot be allocated
       ├── CorruptError                  a field has a value that cannot be right
       ├── SignatureError                a signed load found no signature or a wrong one
       └── UnsafeLoadError               a restricted load met a global it may not import
@@ -113,7 +113,8 @@ class ChecksumError(LoadError):
 
 
 class LimitError(LoadError):
-    """A size declared in the record is over a limit; nothing was allocated for it."""
+    """A size declared in the record (in its header, or by an object of its pickle) is over a
+    limit or more than can be allocated; nothing was allocated for it."""
 
 
 class CorruptError(LoadError):

@@ -66,6 +66,7 @@ MAX_ITEMS = MAX_NDIM
 MAX_CONTAINERS = 16
 HEADER_COST = 16
 _MASK64 = (1 << 64) - 1
+_HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 def damaged_magic(head: bytes) -> bool:
@@ -323,8 +324,8 @@ class FrameIndex:
         reader.end()
         lists = [_get(doc, key, list, "trailer") for key in ("offsets", "csizes", "checksums")]
         signed = doc.get("signature")
-        if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or set(signed) - _HEX_DIGITS):
-            raise CorruptError("trailer: 'signature' must be 64 lowercase hex digits")
+        if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or not set(signed) <= _HEX_DIGITS):
+            raise CorruptError(f"trailer: 'signature' must be 64 lowercase hex digits, found {signed!r:.80}")
         return cls(*lists, signature=signed)
 
 

@@ -13,6 +13,7 @@ import io
 import pickle
 import struct
 import sys
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pickle import PickleBuffer
@@ -24,7 +25,16 @@ import numpy as np
 from . import format as fmt
 from .arrays import pickle_keeps_dtype, reduce_ndarray
 from .buffers import Payload
-from .errors import BadMagicError, BlpickleError, CorruptError, LoadError, OptionsError, SignatureError, TruncatedError
+from .errors import (
+    BadMagicError,
+    BlpickleError,
+    CorruptError,
+    LimitError,
+    LoadError,
+    OptionsError,
+    SignatureError,
+    TruncatedError,
+)
 from .files import atomic_write, expand, is_path, naming_errors
 from .layout import PickleFile, open_pickle
 from .options import PRESETS, Options, PicklerKind, resolve_options
@@ -65,8 +75,11 @@ INBAND_LIMIT = 64 << 10
 #: Frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
 SPLICE_LIMIT = 1 << 20
 #: What the C unpickler raises for a malformed stream. In a record the stream passed its
-#: checksum, so these mean a forged or damaged record: they become CorruptErrors. (Errors
-#: of the objects being rebuilt, a missing module or class, pass through unchanged.)
+#: checksum, so these, and any other error the unpickler raises itself (TypeError,
+#: AttributeError, SystemError for opcodes applied to the wrong objects; MemoryError for a
+#: declared size: LimitError), mean a forged or damaged record: they become CorruptErrors.
+#: Other errors raised by the Python code the pickle calls (a class's ``__setstate__``, the
+#: import of a missing module) pass through unchanged, except in a restricted load.
 _MALFORMED_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, struct.error, IndexError, KeyError, OverflowError)
 MMAP_MODES = (None, "r", "r+", "c")
 
@@ -446,14 +459,25 @@ class Unpickler(pickle.Unpickler):
             buffers = _merge_buffers(buffers, iter(self._buffers), header.external)
         try:
             obj = self._unpickle(graph, buffers)
-        except _MALFORMED_PICKLE as exc:
-            if isinstance(exc, BlpickleError):
-                raise
+        except BlpickleError:
+            raise
+        except Exception as exc:
             if isinstance(graph, PickleFile) and graph.error is not None:  # lost by the unpickler
                 raise graph.error from None
+            if self._policy is None and not isinstance(exc, _MALFORMED_PICKLE) and _raised_by_called_code(exc):
+                raise  # a class's __setstate__, a missing module: as pickle reports them
+            if isinstance(exc, MemoryError):
+                raise LimitError(f"the record's object graph declares more than can be allocated: {exc}") from exc
             raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
         reader.finish()
         return obj
+
+
+def _raised_by_called_code(exc: BaseException) -> bool:
+    """True when ``exc`` was raised in Python code the unpickler called (its traceback goes
+    deeper than `Unpickler._unpickle`), not by the unpickler or a builtin itself."""
+    frames = [frame.f_code for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    return Unpickler._unpickle.__code__ in frames[:-1]
 
 
 def _check_key(key: Any) -> bytes | None:

@@ -2,16 +2,20 @@
 offsets, header bombs), with and without their checksums fixed, only ever raise LoadErrors
 or load the right object. Never a crash, a hang, a MemoryError or wrong data.
 
-The default profile runs a few hundred cases; a long run is one command away:
-``pytest tests/test_fuzz.py --hypothesis-profile=fuzz``.
+The hypothesis tests run a few hundred cases each (``--hypothesis-profile=fuzz`` for more);
+``test_structure_aware_fuzzer`` runs a short profile of ``tests/fuzz.py``, whose long run is
+``python tests/fuzz.py --cases 100000``. The regression tests below hold what it found.
 """
 
 from __future__ import annotations
 
 import copy
 import pickle
+import re
 
+import fuzz
 import numpy as np
+import pytest
 import records
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -159,3 +163,87 @@ def test_the_fuzzed_records_are_valid_to_start_with():
         _check(record)
         assert records.join(records.split(record)) == record
     assert pickle.loads(pickle.dumps(OBJECT))["text"] == OBJECT["text"]
+
+
+def test_structure_aware_fuzzer():
+    """A short profile of the structure-aware fuzzer: mutated records with every checksum
+    recomputed raise only LoadErrors, never crash, hang or use memory without bound."""
+    report = fuzz.run(cases=40, seed=2026)
+    assert report.cases == 40
+    assert not report.crashes and not report.hangs, report.summary()
+    assert not report.failures, report.summary()
+
+
+def record_of(pickled: bytes, protocol: int = 5, **options) -> bytes:
+    """Return a record, every checksum right, whose object graph's pickle is ``pickled``."""
+    kind = fuzz.Kind("test", False, None, {"protocol": protocol, **options})
+    case = fuzz.Case.from_record(kind, blpickle.dumps(None, protocol, **options))
+    case.streams[0].data, case.streams[0].dirty = pickled, True
+    case.encode_frames()
+    return case.to_bytes()
+
+
+# Found by the fuzzer or the audit: each raised an exception outside blpickle's tree.
+OPCODE_MISUSE = {
+    "REDUCE on an int (TypeError)": b"\x80\x05K\x01K\x02\x85R.",
+    "APPENDS onto a str (AttributeError)": b"\x80\x05\x8c\x01x(K\x01e.",
+    "SETITEMS onto a tuple (TypeError)": b"\x80\x05)(K\x01K\x02u.",
+    "ADDITEMS onto a dtype (AttributeError)": b"\x80\x05\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02i2\x85R(K\x01\x90.",
+    "dtype state numpy cannot read (SystemError)": (
+        b"\x80\x02cnumpy\ndtype\nX\x02\x00\x00\x00i2\x89\x88\x87R"
+        b"(K\x03X\x01\x00\x00\x00<X\x01\x00\x00\x00<NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb."
+    ),
+}
+
+
+@pytest.mark.parametrize("pickled", OPCODE_MISUSE.values(), ids=OPCODE_MISUSE.keys())
+@pytest.mark.parametrize("safe", [False, True])
+def test_opcodes_applied_to_the_wrong_objects_are_corrupt_records(pickled, safe):
+    with pytest.raises(blpickle.CorruptError, match="not a valid pickle") as raised:
+        blpickle.loads(record_of(pickled, protocol=pickled[1]), safe=safe)
+    assert isinstance(raised.value.__cause__, (TypeError, AttributeError, SystemError))
+
+
+@pytest.mark.parametrize("opcode", [pickle.BINBYTES8, pickle.BINUNICODE8, pickle.BYTEARRAY8])
+@pytest.mark.parametrize("safe", [False, True])
+def test_a_size_declared_in_the_pickle_stream_is_a_limit_error(opcode, safe):
+    pickled = b"\x80\x05" + opcode + (2**60).to_bytes(8, "little") + b"."
+    with pytest.raises(blpickle.LimitError, match="more than can be allocated"):
+        blpickle.loads(record_of(pickled), safe=safe)
+
+
+class _Stale:
+    def __init__(self):
+        self.renamed = 1
+
+    def __setstate__(self, state):
+        raise AttributeError("'_Stale' object has no attribute 'renamed'")
+
+
+def test_errors_of_the_classes_the_pickle_calls_pass_through_unless_restricted():
+    """An unrestricted load reports what a class's own code raises as pickle does (a class
+    changed since the record was written); a restricted load trusts nothing of the record."""
+    record = blpickle.dumps(_Stale())
+    with pytest.raises(AttributeError, match="renamed"):
+        blpickle.loads(record)
+    with pytest.raises(blpickle.CorruptError, match="AttributeError: '_Stale' object"):
+        blpickle.loads(record, allowed=[_Stale])
+    missing = record_of(b"\x80\x05\x8c\x0cnosuchmodule\x8c\x01x\x93.")
+    with pytest.raises(ModuleNotFoundError):
+        blpickle.loads(missing)
+    with pytest.raises(blpickle.UnsafeLoadError):
+        blpickle.loads(missing, safe=True)
+
+
+@pytest.mark.parametrize(
+    "signature", ["\u00e9" * 64, "g" * 64, "A" * 64, "\x00" * 64], ids=["non-ASCII", "not hex", "upper case", "NUL"]
+)
+def test_a_signature_that_is_not_64_hex_digits_is_corrupt(signature):
+    parts = records.split(blpickle.dumps([1, 2], key=b"k"))
+    parts.trailer["signature"] = signature
+    forged = records.join(parts)
+    message = re.escape("'signature' must be 64 lowercase hex digits")
+    with pytest.raises(blpickle.CorruptError, match=message):
+        blpickle.loads(forged, key=b"k")
+    with pytest.raises(blpickle.CorruptError, match=message):
+        blpickle.inspect(forged, key=b"k")
