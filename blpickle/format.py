@@ -215,10 +215,7 @@ class Header:
         """
         reader = _Reader(data, "header")
         doc: dict[str, Any] = {}
-        for _ in range(reader.map_header("header", MAX_HEADER_KEYS)):
-            key = reader.key("header")
-            if key in doc:
-                raise CorruptError(f"header: key {key!r} appears twice")
+        for key in reader.keys("header", doc):
             if key == "streams":
                 doc[key] = reader.streams()
             elif key == "external":
@@ -309,10 +306,7 @@ class FrameIndex:
         """
         reader = _Reader(data, "trailer")
         doc: dict[str, Any] = {}
-        for _ in range(reader.map_header("trailer", MAX_HEADER_KEYS)):
-            key = reader.key("trailer")
-            if key in doc:
-                raise CorruptError(f"trailer: key {key!r} appears twice")
+        for key in reader.keys("trailer", doc):
             if key in ("offsets", "csizes", "checksums"):
                 doc[key] = reader.integers(key, count=nframes)
             elif key == "signature":
@@ -358,18 +352,21 @@ class _Reader:
         except Exception as exc:  # msgpack raises several unrelated types for bad input
             raise CorruptError(f"{where} is not valid msgpack within the limits: {exc}") from None
 
-    def map_header(self, where: str, limit: int) -> int:
+    def keys(self, where: str, seen: dict[str, Any]) -> Iterator[str]:
+        """Yield the keys of the top-level map, whose values the caller reads in between;
+        refuse more than `MAX_HEADER_KEYS` keys, keys that are not strings, and a key
+        already in ``seen``."""
         with self._parsing(where):
             count = self._unpacker.read_map_header()
-        if count > limit:
-            raise CorruptError(f"{where}: a map of {count} keys, at most {limit} allowed")
-        return count
-
-    def key(self, where: str) -> str:
-        key = self.value(f"{where} key", containers=0, items=0)
-        if not isinstance(key, str):
-            raise CorruptError(f"{where}: keys must be strings, found {type(key).__name__}")
-        return key
+        if count > MAX_HEADER_KEYS:
+            raise CorruptError(f"{where}: a map of {count} keys, at most {MAX_HEADER_KEYS} allowed")
+        for _ in range(count):
+            key = self.value(f"{where} key", containers=0, items=0)
+            if not isinstance(key, str):
+                raise CorruptError(f"{where}: keys must be strings, found {type(key).__name__}")
+            if key in seen:
+                raise CorruptError(f"{where}: key {key!r} appears twice")
+            yield key
 
     def streams(self) -> tuple[StreamInfo, ...]:
         """Read the header's ``streams`` array a stream map at a time: the tuple grows only
