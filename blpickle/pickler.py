@@ -464,10 +464,10 @@ class Unpickler(pickle.Unpickler):
         except Exception as exc:
             if isinstance(graph, PickleFile) and graph.error is not None:  # lost by the unpickler
                 raise graph.error from None
+            if isinstance(exc, MemoryError):  # a size the pickle declares, wherever it was allocated
+                raise LimitError(f"the record's object graph declares more than can be allocated: {exc}") from exc
             if self._policy is None and not isinstance(exc, _MALFORMED_PICKLE) and _raised_by_called_code(exc):
                 raise  # a class's __setstate__, a missing module: as pickle reports them
-            if isinstance(exc, MemoryError):
-                raise LimitError(f"the record's object graph declares more than can be allocated: {exc}") from exc
             raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
         reader.finish()
         return obj
