@@ -217,6 +217,15 @@ def test_a_size_declared_in_the_pickle_stream_past_its_end_is_refused_before_all
         blpickle.loads(record_of(pickled), safe=safe)
 
 
+@pytest.mark.parametrize("case", [851, 4027, 4262])
+def test_sizes_that_cannot_be_allocated_are_load_errors(case):
+    """Cases of seed 1 whose MemoryError escaped the error tree (a FRAME or a payload opcode
+    declaring more than can be allocated)."""
+    _, data = fuzz.make_case(1, case)
+    with pytest.raises(blpickle.LoadError):
+        blpickle.loads(data)
+
+
 class _Stale:
     def __init__(self):
         self.renamed = 1
