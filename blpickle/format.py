@@ -268,9 +268,6 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec)
 
 
-_HEX_DIGITS = set("0123456789abcdef")
-
-
 @dataclasses.dataclass
 class FrameIndex:
     """The trailer: where each frame of the record is and its checksum."""

@@ -350,6 +350,7 @@ class Unpickler(pickle.Unpickler):
             its checksum: a later load without mmap_mode raises ChecksumError); the object
             graph is always read and checked. As with ``numpy.memmap``, if another program
             truncates the file while arrays map it, touching them kills the process (SIGBUS).
+            With ``key``, nothing is mapped: what loads is what the signature was checked on.
             Compressed buffers, and files that are not plain files on disk, are read as
             usual.
         nthreads: decompression threads (default: every available CPU).
@@ -423,7 +424,9 @@ class Unpickler(pickle.Unpickler):
         """Load the record whose magic was just read, by reading the file, or with
         ``mmap_mode`` from a memory map of it if it is a plain file (then leave the file just
         after the record)."""
-        mapped = None if self._mmap_mode is None else map_file(self._file, self._mmap_mode)
+        # a signed record loads from the bytes its signature was checked on, never from a map
+        # that another program could change after the check
+        mapped = None if self._mmap_mode is None or self._key is not None else map_file(self._file, self._mmap_mode)
         if mapped is None:
             return self._load_from(FileSource(self._file, pos=len(magic)), magic)
         start = self._file.tell() - len(magic)
@@ -526,12 +529,13 @@ class _Prefixed:
         return head + (self._file.read(size - len(head)) if size > len(head) else b"")
 
     def readline(self, size: int = -1) -> bytes:
-        if b"\n" in self._prefix:
-            end = self._prefix.index(b"\n") + 1
-            line, self._prefix = self._prefix[:end], self._prefix[end:]
-            return line
-        head, self._prefix = self._prefix, b""
-        return head + self._file.readline()
+        end = self._prefix.find(b"\n") + 1 or len(self._prefix)
+        if 0 <= size < end:
+            end = size
+        head, self._prefix = self._prefix[:end], self._prefix[end:]
+        if head.endswith(b"\n") or self._prefix or 0 <= size <= len(head):
+            return head
+        return head + self._file.readline(-1 if size < 0 else size - len(head))
 
 
 def _rewind(file: BinaryIO, head: bytes) -> Any:
@@ -645,7 +649,7 @@ def load(
         buffers: the out-of-band buffers a ``buffer_callback`` kept at dump time, in order.
         mmap_mode: ``"r"``, ``"r+"`` or ``"c"``: arrays of records written with ``codec=None``
             view a memory map of the file, as with `numpy.load` (not checksummed); None (the
-            default) reads the file.
+            default) reads the file. Ignored with ``key``: a signed load maps nothing.
         nthreads: decompression threads (default: every available CPU).
         safe: refuse every global but builtin containers and scalars and numpy arrays,
             dtypes and scalars, with a restricted unpickler (`blpickle.restricted`).

@@ -469,3 +469,19 @@ def test_declared_sizes_are_not_allocated_before_the_data_is_there(tmp_path):
     path.write_bytes(b"\x80\x05\x8e" + (1 << 62).to_bytes(8, "little") + b"x" * 100)  # BINBYTES8 of 4 EiB
     with open(path, "rb") as file, pytest.raises(blpickle.TruncatedError):
         blpickle.load(file, safe=True)
+
+
+def test_a_long_line_is_refused_from_a_non_seekable_file_too():
+    """Plain pickle data read from a pipe goes through the prefix of the bytes already read:
+    its readline must stop at the line limit as a seekable file's does, not read the line whole."""
+    pickled = b"\x80\x02I" + b"1" * (8 << 20) + b"\n."
+    consumed = []
+
+    class Pipe(NonSeekable):
+        def readinto(self, buffer):
+            consumed.append(super().readinto(buffer))
+            return consumed[-1]
+
+    with pytest.raises(blpickle.LoadError):
+        blpickle.load(Pipe(pickled, max_read=1 << 16), safe=True)
+    assert sum(consumed) < 2 << 20  # stopped after the limit, far before the line's end

@@ -94,3 +94,19 @@ def test_a_signed_load_refuses_what_the_signature_does_not_cover():
         parts.trailer["signature"] = signature
         with pytest.raises(blpickle.CorruptError, match="signature"):
             blpickle.loads(join(parts), key=KEY)
+
+
+def test_a_signed_load_with_mmap_mode_returns_what_was_authenticated(tmp_path):
+    """With a key, mmap_mode maps nothing: the arrays are the bytes the signature was checked
+    on, not a map that another program could change afterwards."""
+    key = b"k" * 32
+    path = tmp_path / "signed.blp"
+    blpickle.dump({"x": np.arange(100_000)}, path, key=key, codec=None)
+    loaded = blpickle.load(path, key=key, mmap_mode="r")
+    with open(path, "r+b") as file:  # change every byte of the stored array
+        data = bytearray(file.read())
+        position = data.find(np.arange(100_000).tobytes()[:800])
+        data[position : position + 800_000] = bytes(800_000)
+        file.seek(0)
+        file.write(data)
+    assert np.array_equal(loaded["x"], np.arange(100_000))
