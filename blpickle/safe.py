@@ -1,9 +1,9 @@
 """Restricted loading: only builtin containers and scalars, numpy arrays, dtypes and scalars,
 and what the caller allows.
 
-Every global a pickle imports goes through ``Unpickler.find_class``, whichever path the data
-takes (records, plain pickle data, object arrays, nested containers): a `Policy`
-checks it there, before anything it names is imported or called.
+A safe load runs the restricted unpickler (`blpickle.restricted`), whichever path the data
+takes (records, plain pickle data, object arrays, nested containers): every global it imports
+is checked there by a `Policy`, before anything it names is imported or called.
 """
 
 from __future__ import annotations

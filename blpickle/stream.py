@@ -548,12 +548,12 @@ class RecordReader:
         source: where to read; positioned just after the magic bytes when ``magic`` is given.
         nthreads: decompression threads.
         magic: the first bytes already read from the source (the caller peeked at them).
-        key: verify the record's signature with this key in `finish`; an unsigned
-            record is refused at once.
+        key: read the whole record and verify its signature with this key before anything
+            is decompressed.
 
     Raises:
         LoadError subclasses for any damaged or truncated input; SignatureError for an
-        unsigned record when a key is given.
+        unsigned record or a signature that does not match, when a key is given.
     """
 
     def __init__(self, source: Source, nthreads: int, magic: bytes = b"", key: bytes | None = None) -> None:
@@ -688,7 +688,7 @@ class RecordReader:
 
     def buffers(self) -> Iterator[np.ndarray]:
         """Yield the out-of-band buffers lazily, in order (splices are read by
-        `PickleFile` where the pickle reaches them)."""
+        `blpickle.layout.PickleFile` where the pickle reaches them)."""
         while (info := self.next_stream()) is not None:
             if info.splice is not None:
                 raise CorruptError(
