@@ -368,6 +368,12 @@ class Unpickler(pickle.Unpickler):
             refused.
     """
 
+    def find_class(self, module: str, name: str) -> Any:
+        """Import ``module.name`` as pickle does. Overridden in Python so that the error of a
+        missing module or name comes from a frame the loader recognises as code the pickle
+        called (and passes through as pickle does), not as a malformed pickle."""
+        return super().find_class(module, name)
+
     def __init__(
         self,
         file: BinaryIO,
