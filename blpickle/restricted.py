@@ -918,14 +918,15 @@ def _call_scalar(args: tuple[Any, ...]) -> Any:
         raise CorruptError(f"numpy refuses a scalar of dtype {dtype}: {exc}") from None
 
 
-def _call_frombuffer(args: tuple[Any, ...]) -> np.ndarray:
-    _arity(args, 4, 4, "numpy _frombuffer")
-    return rebuild_ndarray(*args)
+def _call_rebuild(what: str) -> Callable[[tuple[Any, ...]], np.ndarray]:
+    """Return the call of an array reconstructor taking (buffer, dtype, shape, order), which
+    `rebuild_ndarray` checks (numpy's ``_frombuffer`` takes the same arguments)."""
 
+    def call(args: tuple[Any, ...]) -> np.ndarray:
+        _arity(args, 4, 4, what)
+        return rebuild_ndarray(*args)
 
-def _call_rebuild(args: tuple[Any, ...]) -> np.ndarray:
-    _arity(args, 4, 4, "blpickle rebuild_ndarray")
-    return rebuild_ndarray(*args)
+    return call
 
 
 def _refuse_ndarray(args: tuple[Any, ...]) -> None:
@@ -944,8 +945,8 @@ _CHECKED_CALLS: dict[Any, Callable[[tuple[Any, ...]], Any]] = {
     np.dtype: _call_dtype,
     _RECONSTRUCT: _call_reconstruct,
     _SCALAR: _call_scalar,
-    _FROMBUFFER: _call_frombuffer,
-    rebuild_ndarray: _call_rebuild,
+    _FROMBUFFER: _call_rebuild("numpy _frombuffer"),
+    rebuild_ndarray: _call_rebuild("blpickle rebuild_ndarray"),
     np.ndarray: _refuse_ndarray,
 }
 
