@@ -120,9 +120,14 @@ def decode_preamble(data: bytes) -> tuple[int, int, int]:
         raise BadMagicError(magic)
     if major != VERSION_MAJOR:
         raise UnsupportedVersionError(major, minor, VERSION_MAJOR)
+    check_header_size(header_size)
+    return minor, flags, header_size
+
+
+def check_header_size(header_size: int) -> None:
+    """Raise `LimitError` for a header over `MAX_HEADER_SIZE`, before it is read."""
     if header_size > MAX_HEADER_SIZE:
         raise LimitError(f"header size {header_size} is over the limit of {MAX_HEADER_SIZE} bytes")
-    return minor, flags, header_size
 
 
 @dataclasses.dataclass(frozen=True)

@@ -614,8 +614,7 @@ class RecordReader:
         Raises:
             LimitError, TruncatedError, ChecksumError.
         """
-        if header_size > fmt.MAX_HEADER_SIZE:
-            raise LimitError(f"header size {header_size} is over the limit of {fmt.MAX_HEADER_SIZE} bytes")
+        fmt.check_header_size(header_size)
         header_bytes = bytes(self._source.read(header_size, "the header"))
         stored = fmt.U64.unpack(self._source.read(fmt.U64.size, "the header checksum"))[0]
         computed = fmt.checksum(preamble + header_bytes)
