@@ -16,17 +16,16 @@ import mmap
 import os
 import stat
 import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any, BinaryIO, TypeVar
 
-import blosc2
 import numpy as np
 import xxhash
 
 from . import format as fmt
 from .buffers import Payload
+from .chunks import compress_chunk, unpack_chunk
 from .errors import (
     ChecksumError,
     CorruptError,
@@ -36,7 +35,9 @@ from .errors import (
     TruncatedError,
     UnsupportedVersionError,
 )
-from .options import Options, choose_codec, compress_chunk
+from .options import Options
+from .policy import GRAPH_CHUNK_SIZE, GRAPH_CODEC, RECORD_SAMPLE_FRACTION, RECORD_SAMPLE_SIZE, choose_codec
+from .pool import map_ordered, shared_pool
 
 __all__ = [
     "CountingWriter",
@@ -57,70 +58,6 @@ R = TypeVar("R")
 
 #: Raw payloads are read and hashed in pieces of this size.
 _RAW_READ_SIZE = 8 << 20
-#: Bytes of each stream compressed twice to choose its codec, with codec "auto": at most this,
-#: and at most an eighth of the stream (whose compression the sampling must not rival).
-_SAMPLE_SIZE = 192 << 10
-_SAMPLE_FRACTION = 8
-
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-_POOLS_PREPARED = False
-
-
-def _forget_pools() -> None:
-    """In a forked child the pools' threads do not exist: start afresh."""
-    global _POOLS_LOCK
-    _POOLS.clear()
-    _POOLS_LOCK = threading.Lock()
-
-
-def _pool(nthreads: int) -> ThreadPoolExecutor:
-    """Return the shared pool of ``nthreads`` threads. Before the first pool, Blosc2 is told to
-    release the GIL (so that the pool's threads compress in parallel) and a forked child to
-    forget the pools: process-wide settings, made when they are first needed, not on import."""
-    global _POOLS_PREPARED
-    with _POOLS_LOCK:
-        if not _POOLS_PREPARED:
-            blosc2.set_releasegil(True)
-            os.register_at_fork(after_in_child=_forget_pools)
-            _POOLS_PREPARED = True
-        if nthreads not in _POOLS:
-            _POOLS[nthreads] = ThreadPoolExecutor(nthreads, thread_name_prefix=f"blpickle-{nthreads}")
-        return _POOLS[nthreads]
-
-
-def map_ordered(fn: Callable[[T], R], items: Iterable[T], count: int, nthreads: int) -> Iterator[R]:
-    """Yield ``fn(item)`` in order, running up to ``nthreads`` calls at once in a shared pool.
-
-    At most ``nthreads + 1`` items are in flight, so memory stays bounded. ``count`` is the
-    number of items expected: a single item, or a single thread, runs inline.
-    """
-    if nthreads == 1 or count <= 1:
-        yield from map(fn, items)
-        return
-    pool = _pool(nthreads)
-    pending: deque[Future[R]] = deque()
-    try:
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) > nthreads:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for future in pending:  # on error: let running calls finish before their memory goes
-            future.cancel()
-        wait(pending)
-
-
-#: The pickle stream is compressed in chunks of this size as the pickler writes it, each one
-#: Blosc2 block: compressing overlaps pickling, and zstd stores a fitted random forest's
-#: pickle 4.2x smaller (3.8x in Blosc2's automatic blocks).
-GRAPH_CHUNK_SIZE = 256 << 10
-#: The codec "auto" gives the pickle stream: on pickle opcodes and small arrays zstd stores
-#: 0.45-0.65 of what lz4 stores (no sample needed).
-GRAPH_CODEC = "zstd"
 
 
 class PackedStream:
@@ -140,7 +77,7 @@ class PackedStream:
         self.codec = GRAPH_CODEC if options.codec == "auto" else options.codec
         self.chunk_size = min(options.chunk_size, GRAPH_CHUNK_SIZE)
         self._cparams = {**options.blosc2_cparams(self.itemsize, self.codec), "blocksize": self.chunk_size}
-        self._pool = _pool(options.threads) if options.threads > 1 else None
+        self._pool = shared_pool(options.threads) if options.threads > 1 else None
         self._chunks: list[Future[bytes]] = []
         self.nbytes = 0
 
@@ -286,7 +223,9 @@ def _choose_codecs(header: fmt.Header, payloads: Sequence[Payload | PackedStream
         else dataclasses.replace(
             info,
             codec=choose_codec(
-                options, payload.sample(min(_SAMPLE_SIZE, payload.nbytes // _SAMPLE_FRACTION)), info.itemsize
+                options,
+                payload.sample(min(RECORD_SAMPLE_SIZE, payload.nbytes // RECORD_SAMPLE_FRACTION)),
+                info.itemsize,
             ),
         )
         for info, payload in zip(header.streams, payloads, strict=True)
@@ -669,7 +608,7 @@ class RecordReader:
         _, chunks = self._read_graph(info)
         if self._nthreads == 1 or len(chunks) == 1:
             return _decompressed(chunks)
-        pool = _pool(self._nthreads)
+        pool = shared_pool(self._nthreads)
         return _decompressed(chunks, [None, *(pool.submit(unpack_chunk, *chunk) for chunk in chunks[1:])])
 
     def skip_stream(self) -> None:
@@ -877,33 +816,6 @@ def _allocate(nbytes: int, number: int) -> np.ndarray:
         return np.empty(nbytes, dtype=np.uint8)
     except MemoryError:
         raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
-
-
-def unpack_chunk(
-    packed: Any, stored: int, seed: int, nbytes: int, dst: memoryview | None, what: str, offset: int
-) -> None:
-    """Check one stored Blosc2 chunk, then decompress it into ``dst`` (unless None).
-
-    In this order: its checksum (before anything reaches Blosc2), then that the chunk header
-    declares ``nbytes`` decompressed and ``len(packed)`` compressed bytes (``decompress2``
-    trusts the header, not the size of ``dst``).
-
-    Raises:
-        ChecksumError, CorruptError: naming ``what`` and its ``offset``.
-    """
-    computed = fmt.checksum(packed, seed)
-    if computed != stored:
-        raise ChecksumError(what, offset, stored, computed)
-    declared, cbytes, _ = blosc2.get_cbuffer_sizes(packed)
-    if declared != nbytes or cbytes != len(packed):
-        raise CorruptError(
-            f"{what} at offset {offset} holds {declared} bytes in {cbytes}, expected {nbytes} in {len(packed)}"
-        )
-    if dst is not None:
-        try:
-            blosc2.decompress2(packed, dst=dst, nthreads=1)  # the default spawns a thread pool per call
-        except Exception as exc:
-            raise CorruptError(f"Blosc2 could not decompress {what} at offset {offset}: {exc}") from None
 
 
 def _unpack_frame(job: tuple) -> bytes | None:

@@ -43,6 +43,7 @@ from joblib.logger import format_time
 from .. import format as fmt
 from ..arrays import rebuild_ndarray
 from ..buffers import spread_sample
+from ..chunks import compress_chunk, unpack_chunk
 from ..errors import (
     BadMagicError,
     BlpickleWarning,
@@ -55,11 +56,13 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..files import is_path
-from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, choose_codec, compress_chunk, resolve_options
+from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, resolve_options
 from ..pickler import Unpickler
 from ..pickler import dump as blpickle_dump
 from ..pickler import load as blpickle_load
-from ..stream import CountingWriter, FileSource, map_ordered, unpack_chunk
+from ..policy import choose_codec
+from ..pool import map_ordered
+from ..stream import CountingWriter, FileSource
 from . import JOBLIB_MAGIC
 from ._host_internals import joblib_store_classes
 
