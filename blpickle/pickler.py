@@ -8,11 +8,11 @@ does not start with blpickle's magic is read as plain pickle data.
 
 from __future__ import annotations
 
-import functools
 import io
 import pickle
 import struct
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -38,17 +38,12 @@ from .errors import (
 from .files import atomic_write, expand, is_path, naming_errors
 from .layout import PickleFile, open_pickle
 from .options import PRESETS, Options, PicklerKind, resolve_options
+from .policy import fits_compact, plan_graph
+from .reader import RecordReader
 from .restricted import RestrictedUnpickler
 from .safe import Policy
-from .stream import (
-    FileSource,
-    MemorySource,
-    PackedStream,
-    RecordReader,
-    Source,
-    map_file,
-    write_record,
-)
+from .sources import FileSource, MemorySource, Source, map_file
+from .writer import PackedStream, Pickled, write_pickled
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -85,46 +80,57 @@ MMAP_MODES = (None, "r", "r+", "c")
 
 
 class _Graph:
-    """Where the C pickler writes. The pickle stream is cut into chunks that are compressed in
-    the background as soon as they are complete (a `PackedStream`; kept whole when
-    uncompressed). At protocol 4 and up, the large bytes, bytearray and str payloads the
-    pickler writes on their own (never inside a frame) are kept by reference, to be stored as
-    streams of their own and spliced back in on load."""
+    """Where the C pickler writes. The pickle stream is kept in memory; once it reaches a
+    chunk of `blpickle.policy.plan_graph`, its chunks are compressed in the background as soon
+    as they are complete (a `PackedStream`; never with codec None). At protocol 4 and up, the
+    large bytes, bytearray and str payloads the pickler writes on their own (never inside a
+    frame) are kept by reference, to be stored as streams of their own and spliced back in on
+    load."""
 
     def __init__(self, streams: list[tuple[Payload, int | None]], splice: bool, options: Options) -> None:
         self._streams = streams  # shared with _OutOfBand: streams in the order the pickle uses them
         self._splice = splice
-        self._options = options
-        self.reset()
+        self._plan = plan_graph(options)
+        self._nthreads = options.threads
+        self._chunk_size = sys.maxsize if self._plan.raw else self._plan.chunk_size
+        self._packed: PackedStream | None = None
+        self._tail = bytearray()
+        self._start = 0  # offset of the tail in the pickle stream
 
     def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        if self._splice and view.nbytes >= SPLICE_LIMIT:
-            self._streams.append((Payload(view, None, 1), self._start + len(self._tail)))
-            return view.nbytes
-        self._tail += view
+        nbytes = len(data) if type(data) is bytes else memoryview(data).nbytes
+        if self._splice and nbytes >= SPLICE_LIMIT:
+            self._streams.append((Payload(memoryview(data).cast("B"), None, 1), self._start + len(self._tail)))
+            return nbytes
+        self._tail += data
+        if len(self._tail) >= self._chunk_size:
+            self._cut()
+        return nbytes
+
+    def _cut(self) -> None:
+        """Hand every complete chunk of the tail to the PackedStream (started on the first)."""
+        if self._packed is None:
+            self._packed = PackedStream(self._plan, self._nthreads)
         chunk_size = self._chunk_size
         while len(self._tail) >= chunk_size:
             self._packed.add(bytes(self._tail[:chunk_size]))
             del self._tail[:chunk_size]
             self._start += chunk_size
-        return view.nbytes
 
-    def finish(self) -> PackedStream | Payload:
-        """Return the whole pickle stream, compressing or whole."""
+    def finish(self) -> PackedStream | bytearray:
+        """Return the whole pickle stream: compressing, or in memory if it never filled a chunk."""
         if self._packed is None:
-            return Payload(memoryview(self._tail), None, 1)
+            return self._tail
         self._packed.add(bytes(self._tail), last=True)
         return self._packed
 
     def reset(self) -> None:
         """Start a new pickle stream (dropping chunks of a failed one not compressed yet)."""
-        if getattr(self, "_packed", None) is not None:
+        if self._packed is not None:
             self._packed.cancel()
+        self._packed = None
         self._tail = bytearray()
-        self._start = 0  # offset of the tail in the pickle stream
-        self._packed = PackedStream(self._options) if self._options.codec is not None else None
-        self._chunk_size = sys.maxsize if self._packed is None else self._packed.chunk_size
+        self._start = 0
 
 
 class _OutOfBand:
@@ -270,40 +276,26 @@ class _RecordPickler:
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
         try:
-            super().dump(obj)
-            streams = [(self._graph.finish(), None), *self._out_of_band.streams]
-            payloads = [payload for payload, _ in streams]
-            write_record(self._file, self._header(streams), payloads, self.options, self._key)
-        finally:  # keep nothing of obj: the memo and the buffers would hold it alive
-            self.clear_memo()
-            self._graph.reset()
-            self._out_of_band.reset()
+            write_pickled(self._file, self._pickle(obj), self.options, self._key)
+        finally:
+            self._reset()
 
-    def _header(self, streams: list[tuple[Payload | PackedStream, int | None]]) -> fmt.Header:
-        raw = self.options.codec is None
-        infos = []
-        for payload, splice in streams:
-            if isinstance(payload, PackedStream):
-                infos.append(fmt.StreamInfo(payload.nbytes, payload.chunk_size, codec=payload.codec))
-                continue
-            chunk_size = self.options.chunk_size_for(payload.nbytes, payload.chunk_multiple)
-            infos.append(
-                fmt.StreamInfo(
-                    nbytes=payload.nbytes,
-                    chunk_size=max(payload.nbytes, 1) if raw else chunk_size,
-                    itemsize=payload.itemsize,
-                    raw=raw,
-                    dtype=None if payload.dtype is None else _dtype_name(payload.dtype),
-                    shape=payload.shape,
-                    splice=splice,
-                )
-            )
-        return fmt.Header(self.options.to_dict(), self._protocol, tuple(infos), tuple(self._out_of_band.external))
+    def _pickle(self, obj: Any) -> Pickled:
+        """Pickle ``obj`` into memory (compressing a big pickle stream as it grows); the result
+        holds on to ``obj``'s buffers until `_reset`."""
+        super().dump(obj)  # type: ignore[misc]  # pickle.Pickler's or cloudpickle's, by the MRO
+        return self._pickled()
 
+    def _pickled(self) -> Pickled:
+        """Return what the last ``dump`` of the C pickler produced."""
+        out_of_band = self._out_of_band
+        return Pickled(self._graph.finish(), tuple(out_of_band.streams), tuple(out_of_band.external), self._protocol)
 
-@functools.lru_cache(maxsize=256)
-def _dtype_name(dtype: np.dtype) -> str:
-    return str(dtype)  # slow for structured dtypes, and many arrays share one
+    def _reset(self) -> None:
+        """Keep nothing of the last object: the memo and the buffers would hold it alive."""
+        self.clear_memo()  # type: ignore[attr-defined]  # pickle.Pickler's
+        self._graph.reset()
+        self._out_of_band.reset()
 
 
 class Pickler(_RecordPickler, pickle.Pickler):
@@ -619,9 +611,38 @@ def dumps(
         blpickle.OptionsError: for an invalid option.
         pickle.PicklingError: when ``obj`` cannot be pickled.
     """
+    if protocol is None and buffer_callback is None and key is None and fix_imports and not options:
+        return _dumps_default(obj)
     out = io.BytesIO()
     dump(obj, out, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, **options)
     return out.getvalue()
+
+
+#: Each thread's idle `Pickler` with the default options, for `dumps` without arguments.
+_IDLE = threading.local()
+
+
+def _dumps_default(obj: Any) -> bytes:
+    """`dumps` with the default arguments, with a pickler kept from call to call: a compact
+    record costs a pickling and a checksum. A pickler is taken while in use, so that a
+    ``dumps`` nested in a reducer makes its own; one that failed is not kept."""
+    pickler = _IDLE.__dict__.pop("pickler", None)
+    if pickler is None or pickler.options is not PRESETS["default"]:
+        pickler = Pickler(io.BytesIO())
+    try:
+        pickle.Pickler.dump(pickler, obj)
+        pickled = pickler._pickled()
+        graph = pickled.graph
+        if type(graph) is bytearray and fits_compact(len(graph), len(pickled.buffers), pickled.external, None):
+            record = fmt.encode_compact(graph)
+        else:
+            out = io.BytesIO()
+            write_pickled(out, pickled, pickler.options)
+            record = out.getvalue()
+    finally:
+        pickler._reset()
+    _IDLE.pickler = pickler
+    return record
 
 
 def load(
@@ -714,6 +735,13 @@ def loads(
     """
     if isinstance(data, str):
         raise TypeError("a bytes-like object is required, not 'str'")
+    if not safe and not allowed and key is None:
+        body = fmt.checked_compact_pickle(data)
+        if body is not None:
+            try:
+                return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=())
+            except Exception:
+                pass  # loaded again below, to report the error as for every record
     view = memoryview(data).cast("B")
     head = bytes(view[: len(fmt.MAGIC)])
     settings = {"fix_imports": fix_imports, "encoding": encoding, "errors": errors, "buffers": buffers}
