@@ -53,6 +53,7 @@ FLAG_SIGNED = 1
 FLAG_COMPACT = 2
 #: The bytes a compact record adds to its pickle: the preamble and the checksum.
 COMPACT_OVERHEAD = 16 + 8
+_KIND_FLAGS = FLAG_SIGNED | FLAG_COMPACT
 
 #: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
 ALIGNMENT = 64
@@ -151,22 +152,21 @@ def encode_compact(pickle: Any) -> bytes:
     return head + U64.pack(xxhash.xxh3_64_intdigest(head))
 
 
-def checked_compact_pickle(data: Any) -> memoryview | None:
-    """Return the pickle of the compact record ``data`` holds from its start, once its magic,
-    version, flags and checksum are right; None for anything else (a full record, damaged
-    input, plain pickle data), which the record reader reports in full."""
+def checked_compact_pickle(data: Any) -> Any:
+    """Return the pickle (bytes-like) of the compact record ``data`` holds from its start,
+    once its magic, major version, flags and checksum are right; None for anything else (a
+    full record, damaged input, plain pickle data), which the record reader reports in full."""
+    if type(data) is not bytes:
+        data = memoryview(data).cast("B")
     if len(data) < COMPACT_OVERHEAD:
         return None
     magic, major, _, flags, size = PREAMBLE.unpack_from(data)
-    if magic != MAGIC or major != VERSION_MAJOR or flags & (FLAG_COMPACT | FLAG_SIGNED) != FLAG_COMPACT:
-        return None
     end = PREAMBLE.size + size
-    if len(data) < end + U64.size:
+    if magic != MAGIC or major != VERSION_MAJOR or flags & _KIND_FLAGS != FLAG_COMPACT or len(data) < end + U64.size:
         return None
-    view = memoryview(data)
-    if xxhash.xxh3_64_intdigest(view[:end]) != U64.unpack_from(data, end)[0]:
+    if xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]:
         return None
-    return view[PREAMBLE.size : end]
+    return data[PREAMBLE.size : end]
 
 
 def compact_header(pickle: Any) -> Header:

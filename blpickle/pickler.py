@@ -43,7 +43,7 @@ from .reader import RecordReader
 from .restricted import RestrictedUnpickler
 from .safe import Policy
 from .sources import FileSource, MemorySource, Source, map_file
-from .writer import PackedStream, Pickled, write_pickled
+from .writer import CountingWriter, PackedStream, Pickled, write_pickled
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -117,6 +117,10 @@ class _Graph:
             del self._tail[:chunk_size]
             self._start += chunk_size
 
+    def whole(self) -> bytearray | None:
+        """Return the pickle stream if it is all in memory (it never filled a chunk), else None."""
+        return self._tail if self._packed is None else None
+
     def finish(self) -> PackedStream | bytearray:
         """Return the whole pickle stream: compressing, or in memory if it never filled a chunk."""
         if self._packed is None:
@@ -155,6 +159,11 @@ class _OutOfBand:
         self.external: list[int] = []  # slots of the buffers given to the caller's callback
         self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray]] = {}
         self._slots = 0
+
+    def used(self) -> bool:
+        """Whether the last pickle stream met any buffer: out of band, the caller's, or a
+        placeholder (then a reset is needed)."""
+        return bool(self._slots or self._placeholders or self.streams)
 
     def reduce_ndarray(self, array: np.ndarray) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
@@ -276,18 +285,22 @@ class _RecordPickler:
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
         try:
-            write_pickled(self._file, self._pickle(obj), self.options, self._key)
+            super().dump(obj)  # type: ignore[misc]  # pickle.Pickler's or cloudpickle's, by the MRO
+            _write(self._file, self)
         finally:
             self._reset()
 
-    def _pickle(self, obj: Any) -> Pickled:
-        """Pickle ``obj`` into memory (compressing a big pickle stream as it grows); the result
-        holds on to ``obj``'s buffers until `_reset`."""
-        super().dump(obj)  # type: ignore[misc]  # pickle.Pickler's or cloudpickle's, by the MRO
-        return self._pickled()
+    def _compact_record(self) -> bytes | None:
+        """Return the last pickling as a compact record, if `blpickle.policy.fits_compact`
+        says it is one."""
+        tail = self._graph.whole()
+        if tail is None or self._out_of_band.used() or not fits_compact(len(tail), 0, (), self._key):
+            return None
+        return fmt.encode_compact(tail)
 
     def _pickled(self) -> Pickled:
-        """Return what the last ``dump`` of the C pickler produced."""
+        """Return the last pickling, for `blpickle.writer.write_pickled`; it holds on to the
+        object's buffers until `_reset`."""
         out_of_band = self._out_of_band
         return Pickled(self._graph.finish(), tuple(out_of_band.streams), tuple(out_of_band.external), self._protocol)
 
@@ -295,7 +308,8 @@ class _RecordPickler:
         """Keep nothing of the last object: the memo and the buffers would hold it alive."""
         self.clear_memo()  # type: ignore[attr-defined]  # pickle.Pickler's
         self._graph.reset()
-        self._out_of_band.reset()
+        if self._out_of_band.used():
+            self._out_of_band.reset()
 
 
 class Pickler(_RecordPickler, pickle.Pickler):
@@ -624,25 +638,31 @@ _IDLE = threading.local()
 
 def _dumps_default(obj: Any) -> bytes:
     """`dumps` with the default arguments, with a pickler kept from call to call: a compact
-    record costs a pickling and a checksum. A pickler is taken while in use, so that a
+    record then costs a pickling and a checksum. A pickler is taken while in use, so that a
     ``dumps`` nested in a reducer makes its own; one that failed is not kept."""
     pickler = _IDLE.__dict__.pop("pickler", None)
     if pickler is None or pickler.options is not PRESETS["default"]:
         pickler = Pickler(io.BytesIO())
     try:
         pickle.Pickler.dump(pickler, obj)
-        pickled = pickler._pickled()
-        graph = pickled.graph
-        if type(graph) is bytearray and fits_compact(len(graph), len(pickled.buffers), pickled.external, None):
-            record = fmt.encode_compact(graph)
-        else:
+        record = pickler._compact_record()
+        if record is None:
             out = io.BytesIO()
-            write_pickled(out, pickled, pickler.options)
+            write_pickled(out, pickler._pickled(), pickler.options)
             record = out.getvalue()
     finally:
         pickler._reset()
     _IDLE.pickler = pickler
     return record
+
+
+def _write(file: BinaryIO, pickler: _RecordPickler) -> None:
+    """Write what ``pickler`` just pickled as one record: compact if it fits one, else full."""
+    record = pickler._compact_record()
+    if record is not None:
+        CountingWriter(file).write(record)
+    else:
+        write_pickled(file, pickler._pickled(), pickler.options, pickler._key)
 
 
 def load(

@@ -1,9 +1,10 @@
-"""Writing records: a pickled object in, one record out.
+"""Writing full records: a pickled object in, one record out.
 
 Data flows one way: the pickler hands over a `Pickled` (its pickle stream, compressing
 already if it is big, and its out-of-band buffers); `write_pickled` plans every stream
 (`blpickle.policy`), encodes the header once with its codecs, then writes the frames and the
-trailer. A small pickle with no out-of-band buffer becomes a compact record instead.
+trailer. (A small pickle with no out-of-band buffer is a compact record instead, written by
+the pickler with `blpickle.format.encode_compact`.)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .buffers import Payload
 from .chunks import compress_chunk
 from .errors import DumpError
 from .options import Options
-from .policy import ChunkPlan, fits_compact, plan_buffer, plan_graph, plan_raw
+from .policy import ChunkPlan, plan_buffer, plan_graph, plan_raw
 from .pool import map_ordered, shared_pool
 
 __all__ = ["CountingWriter", "PackedStream", "Pickled", "write_pickled", "write_record"]
@@ -121,17 +122,15 @@ class CountingWriter:
 
 
 def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes | None = None) -> None:
-    """Write ``pickled`` as one record: a compact one when `blpickle.policy.fits_compact`
-    says so, else a full one with every stream planned by `blpickle.policy`.
+    """Write ``pickled`` as one full record, with every stream planned by `blpickle.policy`
+    before the header is encoded (a compact record needs none of this: see
+    `blpickle.format.encode_compact`).
 
     Raises:
         DumpError: when the header would be over ``MAX_HEADER_SIZE`` (nothing is written
             then), or when Blosc2 cannot compress a chunk.
     """
     graph = pickled.graph
-    if isinstance(graph, bytearray) and fits_compact(len(graph), len(pickled.buffers), pickled.external, key):
-        CountingWriter(file).write(fmt.encode_compact(graph))
-        return
     payloads: list[PackedStream | Payload] = []
     plans: list[ChunkPlan] = []
     infos: list[fmt.StreamInfo] = []
