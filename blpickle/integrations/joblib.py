@@ -57,12 +57,12 @@ from ..errors import (
 )
 from ..files import is_path
 from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, resolve_options
-from ..pickler import Unpickler
 from ..pickler import dump as blpickle_dump
-from ..pickler import load as blpickle_load
 from ..policy import choose_codec
 from ..pool import map_ordered
 from ..sources import FileSource
+from ..unpickler import Unpickler
+from ..unpickler import load as blpickle_load
 from ..writer import CountingWriter
 from . import JOBLIB_MAGIC
 from ._host_internals import joblib_store_classes
