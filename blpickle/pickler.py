@@ -9,6 +9,7 @@ does not start with blpickle's magic is read as plain pickle data.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import sys
 import threading
@@ -17,7 +18,7 @@ from contextlib import ExitStack
 from pickle import PickleBuffer
 from typing import Any, BinaryIO
 
-import cloudpickle
+import cloudpickle  # type: ignore[import-untyped]  # cloudpickle ships no type information
 import numpy as np
 
 from . import format as fmt
@@ -26,7 +27,7 @@ from .buffers import Payload
 from .errors import (
     OptionsError,
 )
-from .files import atomic_write, is_path
+from .files import atomic_write
 from .options import PRESETS, Options, PicklerKind, check_key, resolve_options
 from .policy import fits_compact, plan_graph
 from .writer import CountingWriter, PackedStream, Pickled, write_pickled
@@ -75,7 +76,7 @@ class _Graph:
     def write(self, data: Any) -> int:
         nbytes = len(data) if type(data) is bytes else memoryview(data).nbytes
         if self._splice and nbytes >= SPLICE_LIMIT:
-            self._streams.append((Payload(memoryview(data).cast("B"), None, 1), self._start + len(self._tail)))
+            self._streams.append((Payload(memoryview(data).cast("B"), 1), self._start + len(self._tail)))
             return nbytes
         self._tail += data
         if len(self._tail) >= self._chunk_size:
@@ -192,7 +193,7 @@ class _OutOfBand:
 _ARRAY_TYPES = (np.ndarray, np.memmap)
 
 
-class _RecordPickler:
+class _RecordPickler(pickle.Pickler):
     """Shared by `Pickler` and `CloudPickler`: pickles into memory with
     buffers out of band, then writes one blpickle record to the file per `dump`.
 
@@ -260,7 +261,7 @@ class _RecordPickler:
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
         try:
-            super().dump(obj)  # type: ignore[misc]  # pickle.Pickler's or cloudpickle's, by the MRO
+            super().dump(obj)  # pickle.Pickler's, or cloudpickle's for CloudPickler (the MRO)
             _write(self._file, self)
         finally:
             self._reset()
@@ -281,13 +282,13 @@ class _RecordPickler:
 
     def _reset(self) -> None:
         """Keep nothing of the last object: the memo and the buffers would hold it alive."""
-        self.clear_memo()  # type: ignore[attr-defined]  # pickle.Pickler's
+        self.clear_memo()
         self._graph.reset()
         if self._out_of_band.used():
             self._out_of_band.reset()
 
 
-class Pickler(_RecordPickler, pickle.Pickler):
+class Pickler(_RecordPickler):
     """A C ``pickle.Pickler`` that writes blpickle records.
 
     Same arguments as ``pickle.Pickler`` (protocol defaults to 5), plus ``key=`` (bytes: sign
@@ -320,7 +321,7 @@ _PICKLERS: dict[str, type[_RecordPickler]] = {"pickle": Pickler, "cloudpickle": 
 
 def dump(
     obj: Any,
-    file: BinaryIO | str,
+    file: BinaryIO | str | os.PathLike[str],
     protocol: int | None = None,
     *,
     fix_imports: bool = True,
@@ -359,7 +360,7 @@ def dump(
     """
     resolved = resolve_options(**options)
     with ExitStack() as stack:
-        if is_path(file):
+        if isinstance(file, (str, os.PathLike)):
             file = stack.enter_context(atomic_write(file))
         pickler = _PICKLERS[resolved.pickler](
             file, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, preset=resolved

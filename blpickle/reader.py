@@ -92,13 +92,16 @@ class RecordReader:
             match.
         """
         source, start = self._source, self._source.pos
-        recording = None
-        if not isinstance(source, MemorySource):
-            recording = self._source = RecordingSource(source, self._head + fmt.U64.pack(self._header_checksum))
+        kept = (
+            source
+            if isinstance(source, MemorySource)
+            else RecordingSource(source, self._head + fmt.U64.pack(self._header_checksum))
+        )
+        self._source = kept
         for _ in self.header.streams:
             self.skip_stream()
         self.finish()
-        replay = recording.replay() if recording is not None else source.restart()
+        replay = kept.replay()
         replay.seek(start)
         self._source = replay
         self._key = None  # authenticated: the second reading checks the checksums only
@@ -145,6 +148,8 @@ class RecordReader:
             # with mmap_mode only out-of-band buffers are mapped: the object graph is read
             mappable = into is None and number > 0 and info.splice is None
             return self._read_raw(info, number, keep=True, into=into, mappable=mappable)
+        out: np.ndarray | memoryview
+        frames: Iterable[tuple]
         if number == 0:
             out, frames = self._read_graph(info)
         else:
@@ -166,7 +171,7 @@ class RecordReader:
         """
         info = self.header.streams[0]
         if info.raw:
-            return iter([memoryview(self.read_stream()).cast("B")])
+            return iter([_view(self.read_stream())])
         self._next()
         _, chunks = self._read_graph(info)
         if self._nthreads == 1 or len(chunks) == 1:
@@ -189,7 +194,7 @@ class RecordReader:
         streams = self.header.streams
         return streams[self._next_stream] if self._next_stream < len(streams) else None
 
-    def buffers(self) -> Iterator[np.ndarray]:
+    def buffers(self) -> Iterator[np.ndarray | memoryview]:
         """Yield the out-of-band buffers lazily, in order (splices are read by
         `blpickle.layout.PickleFile` where the pickle reaches them)."""
         while (info := self.next_stream()) is not None:
@@ -278,7 +283,7 @@ class RecordReader:
         sign = self._key is not None
         jobs = ((*frame, sign) for frame in frames)
         for digest in map_ordered(_unpack_frame, jobs, info.nchunks, self._nthreads):
-            if sign:
+            if digest is not None:
                 self._digests.append(digest)
 
     def _read_graph(self, info: fmt.StreamInfo) -> tuple[np.ndarray, list[tuple]]:
@@ -297,11 +302,11 @@ class RecordReader:
                 f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
             )
         out = _allocate(info.nbytes, 0)
-        view = memoryview(out)
+        view = out.data
         spans = zip(frames, info.chunk_spans(), strict=True)
         return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in spans]
 
-    def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray | None) -> Iterator[tuple]:
+    def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray | memoryview | None) -> Iterator[tuple]:
         source = self._source
         for chunk, (start, stop) in enumerate(info.chunk_spans()):
             what = self._frame_name(number, chunk)
@@ -315,7 +320,7 @@ class RecordReader:
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, len(self.index))
             self.index.add(offset, csize, stored)
-            dst = None if out is None else memoryview(out).cast("B")[start:stop]
+            dst = None if out is None else _view(out)[start:stop]
             yield packed, stored, seed, stop - start, dst, what, offset
 
     def _read_raw(
@@ -340,17 +345,14 @@ class RecordReader:
             raise TruncatedError(what, source.pos, size, end - source.pos)
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
         signer = hashlib.blake2b(digest_size=32) if self._key is not None else None
-        out = source.map(size, what) if mappable else None
+        out: np.ndarray | memoryview | None = source.map(size, what) if mappable else None
         computed = None
         if out is None:
             out = into if into is not None else _allocate(size if keep else min(size, READ_SIZE), number)
+            whole = _view(out)
             hasher = xxhash.xxh3_64(seed=seed)
             for start in range(0, size, READ_SIZE):
-                piece = (
-                    memoryview(out).cast("B")[start : start + READ_SIZE]
-                    if keep
-                    else memoryview(out)[: min(READ_SIZE, size - start)]
-                )
+                piece = whole[start : start + READ_SIZE] if keep else whole[: min(READ_SIZE, size - start)]
                 source.readinto(piece, what)
                 hasher.update(piece)
                 if signer is not None:
@@ -379,6 +381,11 @@ def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None
         else:
             future.result()
         yield chunk[4]
+
+
+def _view(buffer: np.ndarray | memoryview) -> memoryview:
+    """Return a buffer (an array or a memoryview) as a memoryview of its bytes."""
+    return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")
 
 
 def _allocate(nbytes: int, number: int) -> np.ndarray:

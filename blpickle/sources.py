@@ -111,7 +111,7 @@ class MemorySource(Source):
     def seek(self, pos: int) -> None:
         self.pos = pos
 
-    def restart(self) -> MemorySource:
+    def replay(self) -> MemorySource:
         """Return a new source of the same data, at the record start."""
         return MemorySource(self._view, mapped=self._mapped)
 

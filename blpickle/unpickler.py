@@ -9,12 +9,13 @@ pickle data.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import struct
 import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from . import format as fmt
 from .errors import (
@@ -27,7 +28,7 @@ from .errors import (
     SignatureError,
     TruncatedError,
 )
-from .files import expand, is_path, naming_errors
+from .files import expand, naming_errors
 from .layout import PickleFile, open_pickle
 from .options import Options, check_key
 from .reader import RecordReader
@@ -36,6 +37,15 @@ from .safe import Policy
 from .sources import FileSource, MemorySource, Source, map_file
 
 __all__ = ["MMAP_MODES", "Unpickler", "load", "loads"]
+
+
+class _Settings(NamedTuple):
+    """The arguments of ``pickle.Unpickler`` an unpickler passes on to each load."""
+
+    fix_imports: bool
+    encoding: str
+    errors: str
+
 
 #: What the C unpickler raises for a malformed stream. In a record the stream passed its
 #: checksum, so these, and any other error the unpickler raises itself (TypeError,
@@ -100,8 +110,8 @@ class Unpickler(pickle.Unpickler):
     ) -> None:
         if mmap_mode not in MMAP_MODES:
             raise OptionsError(f"mmap_mode must be one of {MMAP_MODES}, not {mmap_mode!r}")
-        self._settings = {"fix_imports": fix_imports, "encoding": encoding, "errors": errors}
-        super().__init__(file, buffers=buffers, **self._settings)
+        self._settings = _Settings(fix_imports, encoding, errors)
+        super().__init__(file, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers)
         self._file = file
         self._buffers = buffers
         self._mmap_mode = mmap_mode
@@ -151,11 +161,16 @@ class Unpickler(pickle.Unpickler):
         the C unpickler with a fresh state, keeping this object's overrides (``find_class``,
         ``persistent_load``) and attributes. (Re-initialising a C Unpickler that has already
         loaded crashes CPython, so each load gets a clone.)"""
+        fix_imports, encoding, errors = self._settings
         if self._policy is not None:
-            return RestrictedUnpickler(file, self._policy, buffers=buffers, **self._settings).load()
+            return RestrictedUnpickler(
+                file, self._policy, buffers=buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
+            ).load()
         clone = pickle.Unpickler.__new__(type(self))
         clone.__dict__.update(self.__dict__)
-        pickle.Unpickler.__init__(clone, file, buffers=buffers, **self._settings)
+        pickle.Unpickler.__init__(
+            clone, file, buffers=buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
+        )
         return pickle.Unpickler.load(clone)
 
     def _load_from(self, source: Source, magic: bytes) -> Any:
@@ -169,7 +184,7 @@ class Unpickler(pickle.Unpickler):
                     f"this record uses {len(header.external)} out-of-band buffers kept by the "
                     "caller when it was written: pass them as buffers="
                 )
-            buffers = _merge_buffers(buffers, iter(self._buffers), header.external)
+            buffers = _merge_buffers(iter(buffers), iter(self._buffers), header.external)
         try:
             obj = self._unpickle(graph, buffers)
         except BlpickleError:
@@ -253,7 +268,7 @@ def _rewind(file: BinaryIO, head: bytes) -> Any:
 
 
 def load(
-    file: BinaryIO | str,
+    file: BinaryIO | str | os.PathLike[str],
     *,
     fix_imports: bool = True,
     encoding: str = "ASCII",
@@ -295,7 +310,7 @@ def load(
         blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
     """
     with ExitStack() as stack:
-        if is_path(file):
+        if isinstance(file, (str, os.PathLike)):
             path = expand(file)
             stack.enter_context(naming_errors(path))
             file = stack.enter_context(open(path, "r+b" if mmap_mode == "r+" else "rb"))
@@ -351,9 +366,17 @@ def loads(
                 pass  # loaded again below, to report the error as for every record
     view = memoryview(data).cast("B")
     head = bytes(view[: len(fmt.MAGIC)])
-    settings = {"fix_imports": fix_imports, "encoding": encoding, "errors": errors, "buffers": buffers}
-    restrictions = {"nthreads": nthreads, "safe": safe, "allowed": allowed, "key": key}
+    unpickler = Unpickler(
+        io.BytesIO(data) if head != fmt.MAGIC else io.BytesIO(),
+        fix_imports=fix_imports,
+        encoding=encoding,
+        errors=errors,
+        buffers=buffers,
+        nthreads=nthreads,
+        safe=safe,
+        allowed=allowed,
+        key=key,
+    )
     if head != fmt.MAGIC:
-        return load(io.BytesIO(data), **settings, **restrictions)
-    unpickler = Unpickler(io.BytesIO(), **settings, **restrictions)
+        return unpickler.load()
     return unpickler._load_from(MemorySource(view, len(fmt.MAGIC)), head)

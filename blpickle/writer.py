@@ -137,7 +137,7 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
     if isinstance(graph, bytearray):
         plan = plan_graph(options)
         if plan.raw:
-            payloads.append(Payload(memoryview(graph), None, 1))
+            payloads.append(Payload(memoryview(graph), 1))
             plan = plan_raw(len(graph))
         else:
             packed = PackedStream(plan, 1)
