@@ -137,13 +137,13 @@ def _footer_damaged(record: bytes, **fields: object) -> bytes:
 )
 def test_footer_checks_come_in_the_order_the_spec_states(fields, error):
     with pytest.raises(error) as info:
-        blpickle.loads(_footer_damaged(blpickle.dumps(np.arange(10)), **fields))
+        blpickle.loads(_footer_damaged(blpickle.dumps(np.arange(10_000)), **fields))
     assert type(info.value) is error
 
 
 @pytest.mark.parametrize("codec", ["zstd", None])
 def test_a_records_start_is_found_from_its_end(codec):
-    first = blpickle.dumps({"a": np.arange(1000)}, codec=codec)
+    first = blpickle.dumps({"a": np.arange(10_000)}, codec=codec)  # out of band: a full record
     second = blpickle.dumps({"b": np.linspace(0, 1, 50_000), "text": "x" * 100}, codec=codec)
     data = b"some other data" + first + second
     assert _record_start(data, len(data)) == len(data) - len(second)
