@@ -216,18 +216,6 @@ class RestrictedUnpickler:
             obj = getattr(obj, part)
         return obj
 
-    def _build(self) -> None:
-        state = self._stack.pop()
-        obj = self._stack[-1]
-        if not isinstance(obj, Pending):
-            set_state(obj, state)
-            return
-        built = dtype_from_state(obj.args, state) if obj.kind == "dtype" else array_from_state(state)
-        self._pending -= 1
-        self._stack[-1] = built
-        for key in obj.keys:
-            self._memo[key] = built
-
     # -- opcodes ----------------------------------------------------------------------
 
     def _proto_op(self) -> None:
@@ -456,6 +444,18 @@ class RestrictedUnpickler:
         if type(kwargs) is not dict:
             raise CorruptError(f"NEWOBJ_EX's keyword arguments must be a dict, not {type(kwargs).__name__}")
         self._stack.append(self._made(new_object(cls, args, kwargs)))
+
+    def _build(self) -> None:
+        state = self._stack.pop()
+        obj = self._stack[-1]
+        if not isinstance(obj, Pending):
+            set_state(obj, state)
+            return
+        built = dtype_from_state(obj.args, state) if obj.kind == "dtype" else array_from_state(state)
+        self._pending -= 1
+        self._stack[-1] = built
+        for key in obj.keys:
+            self._memo[key] = built
 
     def _inst(self) -> None:
         module = self._line().decode("utf-8")
