@@ -8,11 +8,14 @@ written to a temporary directory and read back from the page cache; each time is
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import gc
 import math
 import os
 import pickle
+import platform
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -20,10 +23,22 @@ from typing import Any
 
 import numpy as np
 
+from . import __version__
+from ._cli_formats import ConversionError, UsageError, read_object
+from ._cli_options import (
+    add_codec_options,
+    add_command,
+    add_load_options,
+    check_input,
+    codec_options,
+    input_format,
+)
+from ._cli_output import EXIT_OK, Progress, error_text, human_size, print_json, warn
+from .options import PRESETS, available_threads
 from .pickler import dump as blpickle_dump
 from .unpickler import load as blpickle_load
 
-__all__ = ["DATASETS", "Method", "format_table", "make_dataset", "methods", "run"]
+__all__ = ["DATASETS", "Method", "add_commands", "format_table", "make_dataset", "methods", "run"]
 
 #: The Bloscpack paper's datasets: low, medium and high entropy.
 DATASETS = ("low", "medium", "high")
@@ -67,7 +82,7 @@ def _pickle_load(path: str) -> Any:
 
 
 def _blpickle(name: str, nthreads: int | None, **options: Any) -> Method:
-    settings = {"nthreads": nthreads} if nthreads else {}
+    settings: dict[str, Any] = {"nthreads": nthreads} if nthreads else {}
     return Method(
         name,
         lambda obj, path: blpickle_dump(obj, path, **options, **settings),
@@ -78,8 +93,6 @@ def _blpickle(name: str, nthreads: int | None, **options: Any) -> Method:
 def methods(nthreads: int | None = None, custom: Mapping[str, Any] | None = None) -> tuple[list[Method], list[str]]:
     """Return the methods to compare (pickle first: it sets the reference size of objects
     that are not arrays) and notes on the ones left out."""
-    from .options import PRESETS
-
     found = [Method("pickle (protocol 5)", _pickle_dump, _pickle_load)]
     found += [_blpickle(f"blpickle {name}", nthreads, preset=name) for name in PRESETS]
     if custom:
@@ -146,9 +159,9 @@ def run(
                 path = os.path.join(tmp, f"{index}.bin")
                 row: dict[str, Any] = {"dataset": dataset, "method": method.name}
                 try:
-                    dump_s, _ = _best(lambda m=method, p=path, o=obj: m.dump(o, p), repeat)
+                    dump_s, _ = _best(functools.partial(method.dump, obj, path), repeat)
                     size = os.path.getsize(path)
-                    load_s, loaded = _best(lambda m=method, p=path: m.load(p), repeat)
+                    load_s, loaded = _best(functools.partial(method.load, path), repeat)
                     same = _same(obj, loaded)
                     del loaded
                 except Exception as exc:  # one method failing must not stop the others
@@ -171,15 +184,6 @@ def run(
                     same=same,
                 )
                 yield row
-
-
-def human_size(nbytes: float) -> str:
-    """Return a size in B, kB, MB, GB (powers of 1000)."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(nbytes) < 1000 or unit == "GB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1000
-    raise AssertionError("unreachable")
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -211,3 +215,124 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             out.append("  ".join("-" * w for w in widths))
     out += [f"{row['method']}: failed: {row['error']}" for row in rows if "error" in row]
     return "\n".join(line.rstrip() for line in out)
+
+
+BENCH_EPILOG = """\
+Without FILE, times the Bloscpack paper's datasets: low (arange int64), medium (sine plus
+noise, float64) and high (uniform random float64) entropy, 80 MB each (8 MB with --quick).
+With FILE, loads it (running its pickle: see "blpickle convert --help" about --safe) and times
+that object. Files go to a temporary directory and are read back from the page cache; each
+time is the best of --repeat runs. Codec options add a "blpickle" row with those options.
+For the full study (cold cache, fsync, memory, plots) run "python -m bench" in the sources.
+
+examples:
+  blpickle bench --quick
+  blpickle bench model.pkl --repeat 5
+  blpickle bench --codec zstd --clevel 3 --json > results.json
+"""
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``bench`` to ``commands`` (what ``ArgumentParser.add_subparsers`` returns)."""
+    parser = add_command(commands, "bench", "time dump/load against pickle and joblib", BENCH_EPILOG)
+    parser.add_argument("file", metavar="FILE", nargs="?", help="time this file's object (default: sample datasets)")
+    parser.add_argument("--quick", action="store_true", help="8 MB datasets, one run each")
+    parser.add_argument("--size-mb", type=float, metavar="MB", help="size of each sample dataset (default: 80)")
+    parser.add_argument("--repeat", type=int, metavar="N", help="best of N runs (default: 3, 1 with --quick)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="WORD",
+        help="only the methods whose names contain one of these words",
+    )
+    parser.add_argument("--dir", metavar="DIR", help="where to write the files (default: the temporary directory)")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_load_options(parser, "FILE")
+    add_codec_options(parser)
+    parser.set_defaults(run=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run ``blpickle bench``; return the exit status."""
+    options = codec_options(args)
+    if args.repeat is not None and args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    repeat = args.repeat if args.repeat is not None else 1 if args.quick else 3
+    objects: list[tuple[str, Any]] = []
+    if args.file is not None:
+        check_input(args.file)
+        source_format = input_format(args.file, args.from_format)
+        try:
+            obj, _ = read_object(args.file, source_format, safe=args.safe, allowed=args.allow)
+        except (UsageError, ConversionError):
+            raise
+        except Exception as exc:
+            raise ConversionError(
+                f"cannot read {args.file} as {source_format}: {type(exc).__name__}: {error_text(exc)}"
+            ) from None
+        objects.append((os.path.basename(args.file), obj))
+    else:
+        if args.size_mb is not None:
+            if args.size_mb <= 0:
+                raise UsageError("--size-mb must be positive")
+            n = max(int(args.size_mb * 1_000_000 // 8), 1)
+        else:
+            n = QUICK_ELEMENTS if args.quick else DEFAULT_ELEMENTS
+        objects = [(name, make_dataset(name, n)) for name in DATASETS]
+    contenders, notes = methods(args.nthreads, options or None)
+    if args.only:
+        wanted = [w.lower() for w in args.only]
+        contenders = [m for m in contenders if any(w in m.name.lower() for w in wanted)]
+        if not contenders:
+            raise UsageError(f"--only {' '.join(args.only)} matches no method")
+    for note in notes:
+        warn("bench", note)
+    rows = []
+    with Progress(len(objects) * len(contenders), "bench", enabled=not args.no_progress) as progress:
+        for row in run(objects, contenders, args.dir, repeat, progress.step):
+            rows.append(row)
+    machine = _machine()
+    settings = {
+        "repeat": repeat,
+        "quick": args.quick,
+        "file": args.file,
+        "options": options,
+        "nthreads": args.nthreads,
+    }
+    if args.json:
+        print_json({"machine": machine, "settings": settings, "notes": notes, "results": rows})
+        return EXIT_OK
+    print(
+        f"blpickle {machine['blpickle']}, numpy {machine['numpy']}, blosc2 {machine['blosc2']}, "
+        f"Python {machine['python']}, {machine['cpus']} CPUs; best of {repeat}, "
+        "files read back from the page cache"
+    )
+    descriptions = {
+        "low": "low entropy: arange int64",
+        "medium": "medium entropy: sine + noise float64",
+        "high": "high entropy: uniform random float64",
+    }
+    for name, obj in objects:
+        own = [r for r in rows if r["dataset"] == name]
+        reference = next((r["nbytes"] for r in own if "nbytes" in r), None)
+        label = descriptions.get(name, name) if args.file is None else name
+        size = f"{human_size(reference)}" if reference is not None else "?"
+        basis = "" if hasattr(obj, "nbytes") and not isinstance(obj, dict) else " (its pickle's size)"
+        print(f"\n{label}, {size}{basis}")
+        print(format_table(own))
+    return EXIT_OK
+
+
+def _machine() -> dict[str, Any]:
+    """The versions and CPUs a bench ran with."""
+    import blosc2
+
+    return {
+        "blpickle": __version__,
+        "numpy": np.__version__,
+        "blosc2": blosc2.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": available_threads(),
+    }

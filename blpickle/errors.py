@@ -47,7 +47,7 @@ def add_note(exc: BaseException, note: str) -> None:
     if sys.version_info >= (3, 11):
         exc.add_note(note)
     else:
-        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
 
 
 class BlpickleError(Exception):

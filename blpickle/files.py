@@ -20,7 +20,7 @@ try:
 except ImportError:  # Windows: no flock, so stale temporary files stay
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["atomic_write", "expand", "is_path", "naming_errors"]
+__all__ = ["atomic_write", "expand", "is_path", "naming_errors", "open_input"]
 
 _TEMPORARY_SUFFIX = ".blpickle-tmp"
 
@@ -51,6 +51,19 @@ def naming_errors(path: str) -> Iterator[None]:
     except BlpickleError as exc:
         add_note(exc, f"file: {path}")
         raise
+
+
+@contextlib.contextmanager
+def open_input(file: Any, mode: str = "rb") -> Iterator[Any]:
+    """Yield what to read from: ``file`` itself when it is not a path (a file object, or
+    bytes), else the file at that path (``~`` expanded) opened with ``mode`` and closed when
+    the block ends; errors raised in the block name the path (see `naming_errors`)."""
+    if not is_path(file):
+        yield file
+        return
+    path = expand(file)
+    with naming_errors(path), open(path, mode) as opened:
+        yield opened
 
 
 def _is_temporary(filename: object) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import blpickle
+from blpickle.files import open_input
 
 OBJECT = {"array": np.arange(50_000, dtype="f8"), "text": "x" * 100}
 
@@ -201,6 +202,21 @@ def test_errors_name_the_users_path_never_a_temporary_file(tmp_path):
         with pytest.raises(blpickle.TruncatedError) as info:
             call(damaged)
         assert f"file: {damaged}" in info.value.__notes__
+
+
+def test_open_input_opens_paths_and_passes_file_objects_through(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "data.bin").write_bytes(b"data")
+    with open_input("~/data.bin") as opened:
+        assert opened.read() == b"data"
+    assert opened.closed
+    with open(tmp_path / "data.bin", "rb") as given:
+        with open_input(given) as opened:
+            assert opened is given
+        assert not given.closed
+    with pytest.raises(blpickle.CorruptError) as info, open_input(tmp_path / "data.bin"):
+        raise blpickle.CorruptError("damaged")
+    assert info.value.__notes__ == [f"file: {tmp_path / 'data.bin'}"]
 
 
 WRITER = r"""

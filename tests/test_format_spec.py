@@ -1,0 +1,170 @@
+"""The answers docs/format.md gives the questions an independent reader had to guess at,
+checked against what the library writes and raises. The records are taken apart here from
+the spec alone (msgpack, blosc2, xxhash), never with blpickle's own reader."""
+
+from __future__ import annotations
+
+import pickle
+import pickletools
+import struct
+
+import blosc2
+import msgpack
+import numpy as np
+import pytest
+import xxhash
+
+import blpickle
+from blpickle.arrays import rebuild_ndarray
+
+MAGIC = b"\xb1BLPK\r\n\x1a"
+END_MAGIC = b"\x1a\n\rKPLB\xb1"
+U64 = struct.Struct("<Q")
+FOOTER = struct.Struct("<QQ8s")
+
+
+def _header(record: bytes) -> tuple[dict, int]:
+    """The header map of a record and the offset of its first frame."""
+    header_size = struct.unpack_from("<I", record, 12)[0]
+    return msgpack.unpackb(record[16 : 16 + header_size]), 16 + header_size + 8
+
+
+def _stream0(record: bytes) -> bytes:
+    """Stream 0 as stored (decompressed, without its splices): the frames that follow the
+    header checksum, one Blosc2 chunk each."""
+    header, pos = _header(record)
+    info = header["streams"][0]
+    chunks = []
+    for _ in range(-(-info["nbytes"] // info["chunk_size"])):
+        csize = U64.unpack_from(record, pos)[0]
+        chunks.append(blosc2.decompress2(record[pos + 8 : pos + 8 + csize]))
+        pos += 8 + csize + 8
+    return b"".join(chunks)
+
+
+def _record_start(data: bytes, end: int) -> int:
+    """The start of the record that ends at ``end`` in ``data``, found from its end as
+    docs/format.md says: the footer gives the trailer, the trailer's last frame gives where
+    the frames end, and the trailer checksum, seeded with the header checksum, confirms it."""
+    trailer_size, trailer_checksum, end_magic = FOOTER.unpack_from(data, end - FOOTER.size)
+    assert end_magic == END_MAGIC
+    trailer_start = end - FOOTER.size - trailer_size
+    trailer = msgpack.unpackb(data[trailer_start : end - FOOTER.size])
+    frames_end = trailer["offsets"][-1] + 8 + trailer["csizes"][-1] + 8  # from the record start
+    start = trailer_start - 8 - frames_end
+    header_size = struct.unpack_from("<I", data, start + 12)[0]
+    head = data[start : start + 16 + header_size]
+    assert head[:8] == MAGIC
+    assert xxhash.xxh3_64_intdigest(data[trailer_start : end - FOOTER.size], xxhash.xxh3_64_intdigest(head)) == (
+        trailer_checksum
+    )
+    return start
+
+
+def test_splice_offsets_count_in_stream_0_as_stored():
+    first, second = b"a" * (1 << 20), "b" * (2 << 20)
+    record = blpickle.dumps([first, second])
+    header, _ = _header(record)
+    splices = [(s["splice"], s["nbytes"]) for s in header["streams"][1:] if "splice" in s]
+    assert [n for _, n in splices] == [len(first), len(second)]
+    stream0 = _stream0(record)
+    assert len(stream0) == header["streams"][0]["nbytes"] < len(first)  # no spliced bytes in it
+    (offset1, _), (offset2, _) = splices
+    # each offset is just after its payload opcode's size field, in stream 0 as stored
+    assert stream0[offset1 - 5 : offset1] == pickle.BINBYTES + struct.pack("<I", len(first))
+    assert stream0[offset2 - 5 : offset2] == pickle.BINUNICODE + struct.pack("<I", len(second))
+    assert offset2 < len(first)  # in the rebuilt pickle it would come after the first payload's bytes
+
+
+def test_arrays_are_rebuilt_by_rebuild_ndarray_with_buffer_dtype_shape_order():
+    array = np.asfortranarray(np.arange(200_000, dtype="<i4").reshape(400, 500))
+    record = blpickle.dumps(array)
+    calls = [(op.name, arg) for op, arg, _ in pickletools.genops(_stream0(record)) if op.name.endswith("UNICODE")]
+    assert ("SHORT_BINUNICODE", "blpickle.arrays") in calls and ("SHORT_BINUNICODE", "rebuild_ndarray") in calls
+    assert blpickle.inspect(record).globals == ("blpickle.arrays.rebuild_ndarray", "numpy.dtype")
+    rebuilt = rebuild_ndarray(bytearray(array.tobytes(order="F")), np.dtype("<i4"), (400, 500), "F")
+    assert rebuilt.flags.f_contiguous and np.array_equal(rebuilt, array)
+
+
+@pytest.mark.parametrize("codec", ["zstd", None])
+def test_small_arrays_go_out_of_band_only_with_codec_none(codec):
+    record = blpickle.dumps({"small": np.arange(10), "big": np.arange(100_000)}, codec=codec)
+    buffers = blpickle.inspect(record).buffers
+    assert [b.nbytes for b in buffers] == ([80, 800_000] if codec is None else [800_000])
+    if codec is not None:  # the small array's bytes are rebuild_ndarray's buffer, in the pickle
+        in_band = [arg for op, arg, _ in pickletools.genops(_stream0(record)) if op.name == "BYTEARRAY8"]
+        assert in_band == [np.arange(10).tobytes()]
+    assert all(b.raw for b in buffers) == (codec is None)
+
+
+def test_a_frame_whose_size_its_chunk_cannot_take_is_corrupt_not_a_limit():
+    record = bytearray(blpickle.dumps(np.arange(100_000)))
+    _, first_frame = _header(record)
+    chunk_size = msgpack.unpackb(record[16 : first_frame - 8])["streams"][0]["chunk_size"]
+    for csize in (31, chunk_size + 33):
+        damaged = record.copy()
+        U64.pack_into(damaged, first_frame, csize)
+        with pytest.raises(blpickle.CorruptError, match="compressed bytes") as info:
+            blpickle.loads(damaged)
+        assert not isinstance(info.value, blpickle.LimitError)
+
+
+def _footer_damaged(record: bytes, **fields: object) -> bytes:
+    """``record`` with its trailer size field, or footer fields, replaced."""
+    out = bytearray(record)
+    trailer_size, checksum, end_magic = FOOTER.unpack_from(out, len(out) - FOOTER.size)
+    if "size_field" in fields:
+        U64.pack_into(out, len(out) - FOOTER.size - trailer_size - 8, fields["size_field"])
+    footer = (
+        fields.get("trailer_size", trailer_size),
+        fields.get("checksum", checksum),
+        fields.get("magic", end_magic),
+    )
+    FOOTER.pack_into(out, len(out) - FOOTER.size, *footer)
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        # the trailer size field first (before anything is read for it), then the trailer
+        # checksum, then the footer's copy of the size and its end magic
+        ({"size_field": (64 << 20) + 1, "checksum": 0, "magic": b"x" * 8}, blpickle.LimitError),
+        ({"checksum": 0, "magic": b"x" * 8, "trailer_size": 1}, blpickle.ChecksumError),
+        ({"magic": b"x" * 8}, blpickle.CorruptError),
+        ({"trailer_size": 1}, blpickle.CorruptError),
+    ],
+)
+def test_footer_checks_come_in_the_order_the_spec_states(fields, error):
+    with pytest.raises(error) as info:
+        blpickle.loads(_footer_damaged(blpickle.dumps(np.arange(10_000)), **fields))
+    assert type(info.value) is error
+
+
+@pytest.mark.parametrize("codec", ["zstd", None])
+def test_a_records_start_is_found_from_its_end(codec):
+    first = blpickle.dumps({"a": np.arange(10_000)}, codec=codec)  # out of band: a full record
+    second = blpickle.dumps({"b": np.linspace(0, 1, 50_000), "text": "x" * 100}, codec=codec)
+    data = b"some other data" + first + second
+    assert _record_start(data, len(data)) == len(data) - len(second)
+    assert _record_start(data, len(data) - len(second)) == len(b"some other data")
+
+
+@pytest.mark.parametrize(
+    ("head", "damaged"),
+    [
+        (MAGIC[:4] + b"\x00\x00\x00\x00", True),  # 4 of 8 bytes in place: half the magic
+        (b"\x00" + MAGIC[1:4] + b"\x00\x00\x00\x00", False),  # 3 of 8
+        (b"\x00" + MAGIC[:7], False),  # the magic shifted by one: no byte in its place
+        (b"\x00\x00\x00\x00" + MAGIC[4:], True),
+    ],
+)
+def test_half_the_magic_counts_bytes_equal_at_the_same_position(head, damaged):
+    data = head + blpickle.dumps(np.arange(10))[8:]
+    if damaged:
+        with pytest.raises(blpickle.BadMagicError):
+            blpickle.loads(data)
+    else:
+        with pytest.raises(pickle.UnpicklingError) as info:
+            blpickle.loads(data)  # read as plain pickle data, which it is not
+        assert not isinstance(info.value, blpickle.BadMagicError)
