@@ -29,7 +29,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
+import msgpack
 import xxhash
 
 from .errors import BadMagicError, CorruptError, LimitError, LoadError, UnsupportedVersionError

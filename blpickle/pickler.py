@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from pickle import PickleBuffer
 from typing import Any, BinaryIO
 
-import cloudpickle  # type: ignore[import-untyped]  # cloudpickle ships no type information
+import cloudpickle
 import numpy as np
 
 from . import format as fmt

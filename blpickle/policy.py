@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import blosc2  # type: ignore[import-untyped]  # blosc2 ships no type information
+import blosc2
 
 from .buffers import spread_sample
 from .chunks import compress_chunk

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-import blosc2  # type: ignore[import-untyped]  # blosc2 ships no type information
+import blosc2
 
 __all__ = ["map_ordered", "shared_pool"]
 
