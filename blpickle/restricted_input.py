@@ -1,21 +1,16 @@
 """The pickle stream of a restricted load, read a frame at a time (held in memory) and the rest
-from the file, never allocating a size the pickle declares before the data is there."""
+from the file through a `FileSource`, which never allocates a size the pickle declares before
+the data is there."""
 
 from __future__ import annotations
 
-import io
-import sys
 from typing import Any
 
-from .errors import CorruptError, TruncatedError
-from .layout import PickleFile
+from .errors import CorruptError
+from .sources import FileSource
 
 __all__ = ["PickleInput"]
 
-#: Data longer than this is read from a file in pieces of this size, so that a declared size
-#: is never allocated before the data is there (but from a record's pickle stream or a BytesIO,
-#: which check a read's size against the data they hold first, and then read it whole).
-_READ_PIECE = 16 << 20
 #: The longest text line (protocol 0 arguments) read.
 _MAX_LINE = 1 << 20
 
@@ -25,11 +20,15 @@ class PickleInput:
 
     def __init__(self, file: Any) -> None:
         self._file = file
-        self._piece = sys.maxsize if isinstance(file, (PickleFile, io.BytesIO)) else _READ_PIECE
+        self._source = FileSource(file)
         self._frame = b""
         self._pos = 0  # in the frame
         self._end = 0  # the frame's size
-        self.offset = 0  # of the frame's start (or of the file's position) in the stream
+
+    @property
+    def offset(self) -> int:
+        """The offset in the stream of the current frame's start, or of the file's position."""
+        return self._source.pos - len(self._frame)
 
     def read(self, n: int) -> bytes:
         pos = self._pos
@@ -55,7 +54,7 @@ class PickleInput:
             return frame[pos : end + 1]
         self._leave_frame()
         line = self._file.readline(_MAX_LINE)
-        self.offset += len(line)
+        self._source.pos += len(line)  # read past the source: it counts every byte of the stream
         if not line.endswith(b"\n"):
             raise CorruptError(f"the pickle's line at offset {self.offset - len(line)} has no end")
         return line
@@ -64,35 +63,17 @@ class PickleInput:
         """Read a frame of ``n`` bytes, from which the next opcodes come."""
         if self._pos < len(self._frame):
             raise CorruptError(f"a frame starts at offset {self.offset + self._pos}, inside the previous frame")
-        self._leave_frame()
         self._frame = self._read_file(n)
         self._pos, self._end = 0, n
-        self.offset -= n
 
     def _leave_frame(self) -> None:
-        self.offset += len(self._frame)
         self._frame, self._pos, self._end = b"", 0, 0
 
     def _read_file(self, n: int) -> bytes:
-        """Read ``n`` bytes from the file, in pieces (files may return short reads, and a
-        size the pickle declares is not allocated before the data is there).
+        """Read ``n`` bytes from the file.
 
         Raises:
             TruncatedError: when the file ends first.
         """
         self._leave_frame()
-        data = self._file.read(min(n, self._piece))
-        if data is None:
-            data = b""
-        if len(data) < n:
-            pieces = [data]
-            left = n - len(data)
-            while left:
-                piece = self._file.read(min(left, self._piece))
-                if not piece:
-                    raise TruncatedError("the pickle stream", self.offset, n, n - left)
-                pieces.append(piece)
-                left -= len(piece)
-            data = b"".join(pieces)
-        self.offset += n
-        return bytes(data)
+        return bytes(self._source.read(n, "the pickle stream"))
