@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 from . import format as fmt
 from .errors import CorruptError
-from .files import expand, is_path, naming_errors
+from .files import open_input
 from .layout import OPCODE, SPLICE, splices_of, tokens
 from .options import available_threads
 from .reader import RecordReader
@@ -138,10 +138,7 @@ def inspect(
 
 
 def _open(file: Any, stack: ExitStack) -> Source:
-    if is_path(file):
-        path = expand(file)
-        stack.enter_context(naming_errors(path))
-        file = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the caller's stack
+    file = stack.enter_context(open_input(file))
     return FileSource(file) if hasattr(file, "read") else MemorySource(file)
 
 

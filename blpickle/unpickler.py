@@ -14,7 +14,6 @@ import pickle
 import struct
 import traceback
 from collections.abc import Iterable, Iterator
-from contextlib import ExitStack
 from typing import Any, BinaryIO, NamedTuple
 
 from . import format as fmt
@@ -28,7 +27,7 @@ from .errors import (
     SignatureError,
     TruncatedError,
 )
-from .files import expand, naming_errors
+from .files import open_input
 from .layout import PickleFile, open_pickle
 from .options import Options, available_threads, check_key
 from .reader import RecordReader
@@ -309,13 +308,9 @@ def load(
     Raises:
         blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
     """
-    with ExitStack() as stack:
-        if isinstance(file, (str, os.PathLike)):
-            path = expand(file)
-            stack.enter_context(naming_errors(path))
-            file = stack.enter_context(open(path, "r+b" if mmap_mode == "r+" else "rb"))
+    with open_input(file, "r+b" if mmap_mode == "r+" else "rb") as opened:
         unpickler = Unpickler(
-            file,
+            opened,
             fix_imports=fix_imports,
             encoding=encoding,
             errors=errors,
