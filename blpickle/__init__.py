@@ -25,6 +25,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .info import BufferInfo, RecordInfo, inspect
+from .lazy import LazyArray
 from .options import PRESETS, Options
 from .pickler import (
     DEFAULT_PROTOCOL,
@@ -37,6 +38,7 @@ from .pickler import (
     load,
     loads,
 )
+from .record import ArrayInfo, Record, open
 
 __version__ = "0.1.0"
 
@@ -44,6 +46,7 @@ __all__ = [
     "DEFAULT_PROTOCOL",
     "HIGHEST_PROTOCOL",
     "PRESETS",
+    "ArrayInfo",
     "BadMagicError",
     "BlpickleError",
     "BlpickleWarning",
@@ -52,6 +55,7 @@ __all__ = [
     "CloudPickler",
     "CorruptError",
     "DumpError",
+    "LazyArray",
     "LimitError",
     "LoadError",
     "Options",
@@ -60,6 +64,7 @@ __all__ = [
     "PickleError",
     "Pickler",
     "PicklingError",
+    "Record",
     "RecordInfo",
     "SignatureError",
     "TruncatedError",
@@ -73,6 +78,7 @@ __all__ = [
     "inspect",
     "load",
     "loads",
+    "open",
 ]
 
 

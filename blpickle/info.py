@@ -17,6 +17,7 @@ from .errors import CorruptError
 from .files import expand, is_path, naming_errors
 from .layout import OPCODE, SPLICE, splices_of, tokens
 from .options import available_threads
+from .remote import is_url, reading
 from .stream import FileSource, MemorySource, RecordReader, Source
 
 __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
@@ -93,7 +94,8 @@ class RecordInfo:
 def inspect(
     file: BinaryIO | str | bytes | Any, *, verify: bool = True, key: bytes | None = None, nthreads: int | None = None
 ) -> RecordInfo:
-    """Describe the record in ``file`` (a path, a binary file object or a bytes-like object)
+    """Describe the record in ``file`` (a path, a URL with fsspec, a binary file object or a
+    bytes-like object)
     without unpickling it. Only the object graph's pickle is decompressed.
 
     With ``verify`` (the default) every checksum of the record, and its signature when a
@@ -137,7 +139,9 @@ def inspect(
 
 
 def _open(file: Any, stack: ExitStack) -> Source:
-    if is_path(file):
+    if is_url(file):
+        file = stack.enter_context(reading(file))
+    elif is_path(file):
         path = expand(file)
         stack.enter_context(naming_errors(path))
         file = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the caller's stack

@@ -23,6 +23,7 @@ import cloudpickle
 import numpy as np
 
 from . import format as fmt
+from . import remote
 from .arrays import pickle_keeps_dtype, reduce_ndarray
 from .buffers import Payload
 from .errors import (
@@ -37,7 +38,9 @@ from .errors import (
 )
 from .files import atomic_write, expand, is_path, naming_errors
 from .layout import PickleFile, open_pickle
+from .names import array_names
 from .options import PRESETS, Options, PicklerKind, resolve_options
+from .remote import is_url
 from .restricted import RestrictedUnpickler
 from .safe import Policy
 from .stream import (
@@ -147,7 +150,10 @@ class _OutOfBand:
         """Forget the buffers of the last pickle stream."""
         self.streams.clear()
         self.external: list[int] = []  # slots of the buffers given to the caller's callback
-        self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray]] = {}
+        self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray, np.ndarray]] = {}
+        #: the arrays taken out of band, as the pickler met them, by position in `streams`
+        #: (kept alive until reset, so that their ids name them: `blpickle.names`)
+        self.arrays: dict[int, np.ndarray] = {}
         self._slots = 0
 
     def reduce_ndarray(self, array: np.ndarray) -> Any:
@@ -155,6 +161,7 @@ class _OutOfBand:
         `take_buffer`, a copy in band, or numpy's own reduction (protocols under 5,
         object arrays, dtypes numpy gives back changed, a caller's ``buffer_callback``). The
         array loads as ``pickle`` gives it back, contiguous ones read-only if they were."""
+        met = array
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap loads as a plain array
         dtype = array.dtype
@@ -177,7 +184,7 @@ class _OutOfBand:
         ):  # the caller's callback gets the buffers pickle would give it
             return array.__reduce_ex__(self._protocol)
         placeholder = PickleBuffer(b"" if readonly else bytearray())  # pickle marks a read-only one
-        self._placeholders[id(placeholder)] = (placeholder, array)
+        self._placeholders[id(placeholder)] = (placeholder, array, met)
         return reduce_ndarray(array, placeholder)
 
     def take_buffer(self, buffer: PickleBuffer) -> bool:
@@ -185,6 +192,7 @@ class _OutOfBand:
         pickle stream (True)."""
         taken = self._placeholders.pop(id(buffer), None)
         if taken is not None:
+            self.arrays[len(self.streams)] = taken[2]
             self.streams.append((Payload.from_array(taken[1]), None))
         elif self._user_callback is not None:
             if self._user_callback(buffer):
@@ -273,20 +281,23 @@ class _RecordPickler:
             super().dump(obj)
             streams = [(self._graph.finish(), None), *self._out_of_band.streams]
             payloads = [payload for payload, _ in streams]
-            write_record(self._file, self._header(streams), payloads, self.options, self._key)
+            write_record(self._file, self._header(streams, obj), payloads, self.options, self._key)
         finally:  # keep nothing of obj: the memo and the buffers would hold it alive
             self.clear_memo()
             self._graph.reset()
             self._out_of_band.reset()
 
-    def _header(self, streams: list[tuple[Payload | PackedStream, int | None]]) -> fmt.Header:
+    def _header(self, streams: list[tuple[Payload | PackedStream, int | None]], obj: Any) -> fmt.Header:
         raw = self.options.codec is None
+        arrays = self._out_of_band.arrays
+        names = array_names(obj, {id(array): position for position, array in arrays.items()}) if arrays else {}
         infos = []
-        for payload, splice in streams:
+        for number, (payload, splice) in enumerate(streams):
             if isinstance(payload, PackedStream):
                 infos.append(fmt.StreamInfo(payload.nbytes, payload.chunk_size, codec=payload.codec))
                 continue
-            chunk_size = self.options.chunk_size_for(payload.nbytes, payload.chunk_multiple)
+            array = arrays.get(number - 1)
+            chunk_size = self.options.chunk_size_for(payload.nbytes, self._chunk_multiple(payload, array))
             infos.append(
                 fmt.StreamInfo(
                     nbytes=payload.nbytes,
@@ -296,9 +307,20 @@ class _RecordPickler:
                     dtype=None if payload.dtype is None else _dtype_name(payload.dtype),
                     shape=payload.shape,
                     splice=splice,
+                    order=None if array is None else "F" if array.flags.fnc else "C",
+                    name=names.get(number - 1),
                 )
             )
         return fmt.Header(self.options.to_dict(), self._protocol, tuple(infos), tuple(self._out_of_band.external))
+
+    def _chunk_multiple(self, payload: Payload, array: np.ndarray | None) -> int:
+        """What a payload's chunk size is a multiple of: a C-order array's row (its leading
+        axis), so that reading a range of rows decompresses only the chunks holding them, when
+        a row fits in a chunk; else what the payload needs (`Payload.chunk_multiple`)."""
+        if array is None or array.ndim == 0 or not array.shape[0] or array.flags.fnc:
+            return payload.chunk_multiple
+        row = payload.nbytes // array.shape[0]
+        return row if 0 < row <= self.options.chunk_size else payload.chunk_multiple
 
 
 @functools.lru_cache(maxsize=256)
@@ -565,8 +587,9 @@ def dump(
 
     Args:
         obj: the object to pickle.
-        file: a binary file object (anything with ``write``: files, pipes, sockets) or a
-            path (``str`` or ``os.PathLike``; ``~`` is expanded).
+        file: a binary file object (anything with ``write``: files, pipes, sockets), a
+            path (``str`` or ``os.PathLike``; ``~`` is expanded) or a URL such as
+            ``s3://bucket/key`` (with fsspec: written as it is produced, published once complete).
         protocol: pickle protocol of the object graph, 5 by default (the one with out-of-band
             buffers; 0-4 keep every buffer in the pickle).
         fix_imports: as in `pickle.dump`.
@@ -589,7 +612,9 @@ def dump(
     """
     resolved = resolve_options(**options)
     with ExitStack() as stack:
-        if is_path(file):
+        if is_url(file):
+            file = stack.enter_context(remote.writing(file))
+        elif is_path(file):
             file = stack.enter_context(atomic_write(file))
         pickler = _PICKLERS[resolved.pickler](
             file, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, preset=resolved
@@ -640,7 +665,8 @@ def load(
     """Read one object from ``file``: a blpickle record or plain pickle data.
 
     Args:
-        file: a binary file object (anything with ``read``) or a path (``~`` is expanded).
+        file: a binary file object (anything with ``read``), a path (``~`` is expanded) or
+            a URL such as ``s3://bucket/key`` (with fsspec; ``mmap_mode`` is ignored then).
             After a record, a file is left just after it, so records written one after the
             other load one after the other.
         fix_imports: as in `pickle.load`.
@@ -667,7 +693,9 @@ def load(
         blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
     """
     with ExitStack() as stack:
-        if is_path(file):
+        if is_url(file):
+            file, mmap_mode = stack.enter_context(remote.reading(file)), None
+        elif is_path(file):
             path = expand(file)
             stack.enter_context(naming_errors(path))
             file = stack.enter_context(open(path, "r+b" if mmap_mode == "r+" else "rb"))
