@@ -17,8 +17,9 @@ from .errors import CorruptError
 from .files import expand, is_path, naming_errors
 from .layout import OPCODE, SPLICE, splices_of, tokens
 from .options import available_threads
+from .reader import RecordReader
 from .remote import is_url, reading
-from .stream import FileSource, MemorySource, RecordReader, Source
+from .sources import FileSource, MemorySource, Source
 
 __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
 
@@ -94,8 +95,7 @@ class RecordInfo:
 def inspect(
     file: BinaryIO | str | bytes | Any, *, verify: bool = True, key: bytes | None = None, nthreads: int | None = None
 ) -> RecordInfo:
-    """Describe the record in ``file`` (a path, a URL with fsspec, a binary file object or a
-    bytes-like object)
+    """Describe the record in ``file`` (a path, a binary file object or a bytes-like object)
     without unpickling it. Only the object graph's pickle is decompressed.
 
     With ``verify`` (the default) every checksum of the record, and its signature when a

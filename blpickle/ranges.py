@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from .errors import TruncatedError
-from .pickler import load, loads
 from .remote import filesystem
-from .stream import plain_fileno
+from .sources import plain_fileno
+from .unpickler import load, loads
 
 __all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges"]
 

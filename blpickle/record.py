@@ -18,13 +18,16 @@ from typing import Any
 import numpy as np
 
 from . import format as fmt
+from .chunks import unpack_chunk
 from .errors import ChecksumError, CorruptError, LimitError
 from .files import expand, is_path, naming_errors
 from .info import BufferInfo, RecordInfo, pickle_globals
 from .options import available_threads
+from .pool import map_ordered
 from .ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
+from .reader import RecordReader
 from .remote import is_url
-from .stream import MemorySource, RecordReader, map_ordered, unpack_chunk
+from .sources import MemorySource
 
 __all__ = ["ArrayInfo", "Record", "open"]
 
@@ -129,11 +132,18 @@ class Record:
         self.signed = reader.signed
         self.version = f"{fmt.VERSION_MAJOR}.{reader.minor}"
         self._header_checksum = fmt.checksum(head[: self._data_start - fmt.U64.size])
-        self._index, self._frames_end, self.size = self._read_trailer()
         self._first_frame = _first_frames(self.header.streams)
-        self._check_index()
         streams = self.header.streams
-        stored = [sum(self._index.csizes[f : f + s.nchunks]) for f, s in zip(self._first_frame, streams, strict=True)]
+        #: a compact record's pickle: it has no frames and no trailer
+        self._compact = bytes(head[fmt.PREAMBLE.size : self._data_start - fmt.U64.size]) if reader.compact else None
+        if self._compact is not None:
+            self._index, self._frames_end, self.size = fmt.FrameIndex(), self._data_start, self._data_start
+            stored = [len(self._compact)]
+        else:
+            self._index, self._frames_end, self.size = self._read_trailer()
+            self._check_index()
+            firsts = zip(self._first_frame, streams, strict=True)
+            stored = [sum(self._index.csizes[f : f + s.nchunks]) for f, s in firsts]
         self._stored = stored
         self.arrays = tuple(_describe(n - 1, s, stored[n]) for n, s in enumerate(streams) if n)
         self._by_name = {a.name: a.position for a in self.arrays if a.name is not None}
@@ -195,7 +205,7 @@ class Record:
         unpickling it, to list its globals; the buffers' checksums are not read)."""
         if self._info is None:
             header = self.header
-            graph = self._read(0, 0, header.streams[0].nbytes)
+            graph = self._compact if self._compact is not None else self._read(0, 0, header.streams[0].nbytes)
             buffers = tuple(
                 BufferInfo(s.nbytes, stored, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape, s.splice, s.codec)
                 for s, stored in zip(header.streams[1:], self._stored[1:], strict=True)
