@@ -249,18 +249,30 @@ class Record:
         return self.arrays[position]
 
     def _read_trailer(self) -> tuple[fmt.FrameIndex, int, int]:
-        """Find and decode the trailer: at the end of the input, or after the last frame
-        (a record followed by others). Return it, where the frames end, and the record's
-        size.
+        """Find and decode the trailer: at the end of the input if the frames it lists end
+        right before it, else after the last frame, found by walking over the frames (a
+        record followed by others). Return it, where the frames end, and the record's size.
+
+        Raises:
+            CorruptError, LimitError, ChecksumError, TruncatedError.
+        """
+        nframes = fmt.total_frames(self.header.streams)
+        start = self._trailer_at_end()
+        if start is not None:
+            index, size = self._decode_trailer(start, nframes)
+            if self._frames_stop(index) == start - fmt.U64.size:
+                return index, start - fmt.U64.size, start + size + fmt.FOOTER.size
+        start = self._walk_frames()  # not the last record in the input (or a damaged one)
+        index, size = self._decode_trailer(start, nframes)
+        return index, start - fmt.U64.size, start + size + fmt.FOOTER.size
+
+    def _decode_trailer(self, start: int, nframes: int) -> tuple[fmt.FrameIndex, int]:
+        """Read, check and decode the trailer that starts at ``start``; return it and its size.
 
         Raises:
             CorruptError, LimitError, ChecksumError, TruncatedError.
         """
         ranges = self._ranges
-        nframes = fmt.total_frames(self.header.streams)
-        start = self._trailer_at_end()
-        if start is None:
-            start = self._walk_frames()
         size = fmt.U64.unpack(ranges.read(start - fmt.U64.size, fmt.U64.size, "the trailer size"))[0]
         if size > fmt.MAX_TRAILER_SIZE:
             raise LimitError(f"trailer size {size} is over the limit of {fmt.MAX_TRAILER_SIZE} bytes")
@@ -272,7 +284,13 @@ class Record:
             raise ChecksumError("the trailer", start, stored, computed)
         if footer_size != size or end_magic != fmt.END_MAGIC:
             raise CorruptError(f"the footer at offset {start + size} does not match the trailer")
-        return fmt.FrameIndex.decode(trailer, nframes), start - fmt.U64.size, start + size + fmt.FOOTER.size
+        return fmt.FrameIndex.decode(trailer, nframes), size
+
+    def _frames_stop(self, index: fmt.FrameIndex) -> int:
+        """Where the frames ``index`` lists end: where the trailer's size field must be."""
+        if not len(index):
+            return self._data_start
+        return index.offsets[-1] + 2 * fmt.U64.size + index.csizes[-1]
 
     def _trailer_at_end(self) -> int | None:
         """Return where the trailer starts if the input ends with this record's footer."""
