@@ -39,14 +39,18 @@ def filesystem(url: str) -> tuple[Any, str]:
 @contextlib.contextmanager
 def writing(url: str) -> Iterator[BinaryIO]:
     """Yield a binary file writing to ``url``; the object appears there only when the block
-    succeeds (it is discarded otherwise)."""
+    succeeds, on file systems that can hold a file uncommitted (object stores, local files;
+    not ``memory://``, which writes in place)."""
     fs, path = filesystem(url)
     file = fs.open(path, "wb", autocommit=False)
     try:
         yield file
         file.close()
     except BaseException:
-        file.discard()
+        try:
+            file.close()  # uncommitted: nothing is published
+        finally:
+            file.discard()
         raise
     file.commit()
 
