@@ -31,7 +31,8 @@ from .sources import MemorySource
 
 __all__ = ["ArrayInfo", "Record", "open"]
 
-#: The first read of a record: the preamble and, most often, the whole header.
+#: The first read of a record: its first bytes (the preamble and, most often, the whole
+#: header) and its last (the footer and, most often, the whole trailer).
 _HEAD_READ = 64 << 10
 #: Longest dtype description parsed as a structured dtype.
 _MAX_DTYPE_TEXT = 4096
@@ -121,7 +122,10 @@ class Record:
         self._ranges = ranges
         self._nthreads = nthreads
         self._where = where
-        head = ranges.read(0, min(ranges.size, _HEAD_READ), "the header")
+        # the head and the tail (header, trailer), fetched together: one request to a URL
+        edge = min(ranges.size, _HEAD_READ)
+        head, tail = ranges.read_many([(0, edge), (ranges.size - edge, edge)], "the header and the trailer")
+        self._read_ahead = [(0, head), (ranges.size - edge, tail)]
         header_size = fmt.PREAMBLE.unpack(head[: fmt.PREAMBLE.size])[-1] if len(head) >= fmt.PREAMBLE.size else 0
         fmt.check_header_size(header_size)
         self._data_start = fmt.PREAMBLE.size + header_size + fmt.U64.size
@@ -272,11 +276,10 @@ class Record:
         Raises:
             CorruptError, LimitError, ChecksumError, TruncatedError.
         """
-        ranges = self._ranges
-        size = fmt.U64.unpack(ranges.read(start - fmt.U64.size, fmt.U64.size, "the trailer size"))[0]
+        size = fmt.U64.unpack(self._read_at(start - fmt.U64.size, fmt.U64.size, "the trailer size"))[0]
         if size > fmt.MAX_TRAILER_SIZE:
             raise LimitError(f"trailer size {size} is over the limit of {fmt.MAX_TRAILER_SIZE} bytes")
-        block = ranges.read(start, size + fmt.FOOTER.size, "the trailer")
+        block = self._read_at(start, size + fmt.FOOTER.size, "the trailer")
         trailer = bytes(block[:size])
         footer_size, stored, end_magic = fmt.FOOTER.unpack(block[size:])
         computed = fmt.checksum(trailer, self._header_checksum)
@@ -292,17 +295,25 @@ class Record:
             return self._data_start
         return index.offsets[-1] + 2 * fmt.U64.size + index.csizes[-1]
 
+    def _read_at(self, offset: int, size: int, what: str) -> Any:
+        """Return the ``size`` bytes at ``offset``, from the bytes read on opening if they
+        hold them."""
+        for start, data in self._read_ahead:
+            if start <= offset and offset + size <= start + len(data):
+                return memoryview(data)[offset - start : offset - start + size]
+        return self._ranges.read(offset, size, what)
+
     def _trailer_at_end(self) -> int | None:
         """Return where the trailer starts if the input ends with this record's footer."""
         end = self._ranges.size
         if end < self._data_start + fmt.U64.size + fmt.FOOTER.size:
             return None
-        footer = self._ranges.read(end - fmt.FOOTER.size, fmt.FOOTER.size, "the footer")
+        footer = self._read_at(end - fmt.FOOTER.size, fmt.FOOTER.size, "the footer")
         size, stored, end_magic = fmt.FOOTER.unpack(footer)
         start = end - fmt.FOOTER.size - size
         if end_magic != fmt.END_MAGIC or size > fmt.MAX_TRAILER_SIZE or start - fmt.U64.size < self._data_start:
             return None
-        trailer = self._ranges.read(start, size, "the trailer")
+        trailer = self._read_at(start, size, "the trailer")
         return start if fmt.checksum(trailer, self._header_checksum) == stored else None
 
     def _walk_frames(self) -> int:
@@ -317,7 +328,7 @@ class Record:
                 continue
             for chunk in range(info.nchunks):
                 what = f"the size of {_frame_name(number, chunk)}"
-                pos += 2 * fmt.U64.size + fmt.U64.unpack(self._ranges.read(pos, fmt.U64.size, what))[0]
+                pos += 2 * fmt.U64.size + fmt.U64.unpack(self._read_at(pos, fmt.U64.size, what))[0]
         return pos + fmt.U64.size
 
     def _check_index(self) -> None:
