@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
@@ -91,7 +92,8 @@ class MemoryRanges(Ranges):
 
 class FileRanges(Ranges):
     """A record in a seekable binary file, from its current position: a file on disk is read
-    with ``os.pread`` (the file's position never moves), anything else with seek and read.
+    with ``os.pread`` (the file's position never moves), anything else with seek and read
+    (one thread at a time).
 
     Args:
         file: the file.
@@ -111,6 +113,7 @@ class FileRanges(Ranges):
         self._owned = owned
         self._start = file.tell()
         self._fileno = plain_fileno(file)
+        self._lock = threading.Lock()
         end = os.fstat(self._fileno).st_size if self._fileno is not None else file.seek(0, io.SEEK_END)
         if self._fileno is None:
             file.seek(self._start)
@@ -124,8 +127,9 @@ class FileRanges(Ranges):
             if self._fileno is not None:
                 count = os.preadv(self._fileno, [dst[done:]], self._start + offset + done)
             else:
-                self._file.seek(self._start + offset + done)
-                count = self._file.readinto(dst[done:])  # type: ignore[attr-defined]
+                with self._lock:
+                    self._file.seek(self._start + offset + done)
+                    count = self._file.readinto(dst[done:])  # type: ignore[attr-defined]
             if not count:
                 raise TruncatedError(what, offset, len(dst), done)
             done += count

@@ -342,3 +342,14 @@ def test_header_keys_are_validated():
         info = {"nbytes": 8, "chunk_size": 8, "itemsize": 1, "raw": False, key: value}
         with pytest.raises(blpickle.CorruptError, match=key):
             fmt._decode_stream(info, 1)
+
+
+def test_a_forged_size_is_refused_before_anything_is_allocated():
+    from records import join, split
+
+    parts = split(blpickle.dumps({"w": np.arange(50_000.0)}, codec=None))
+    stream = parts.header["streams"][1]
+    stream["nbytes"] = stream["chunk_size"] = 1 << 61
+    stream["shape"] = [1 << 58]
+    with pytest.raises(blpickle.CorruptError, match="chunk 0 of buffer 0"):
+        blpickle.open(join(parts))
