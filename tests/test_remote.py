@@ -127,3 +127,40 @@ def test_a_missing_object_raises_file_not_found(base):
 def test_importing_blpickle_does_not_import_fsspec():
     code = "import sys, blpickle; blpickle.dumps(1); assert 'fsspec' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_joblib_memory_store_at_a_url(base):
+    joblib = pytest.importorskip("joblib")
+    from blpickle.integrations import fsspec_store
+
+    fsspec_store.register()
+    calls: list[int] = []
+    memory = joblib.Memory(f"{base}/cache", backend="blpickle-fsspec", verbose=0)
+
+    def compute(n):
+        calls.append(n)
+        return {"a": np.arange(n, dtype=np.float64)}
+
+    cached = memory.cache(compute)
+    assert np.array_equal(cached(100_000)["a"], np.arange(100_000.0))
+    assert np.array_equal(cached(100_000)["a"], np.arange(100_000.0))
+    assert calls == [100_000]  # the second call read the store
+    (item,) = memory.store_backend.get_items()
+    output = f"{item.path}/output.pkl"
+    assert blpickle.inspect(output).buffers[0].shape == (100_000,)  # a blpickle record
+    assert item.size > 0
+    memory.reduce_size(items_limit=0)
+    assert memory.store_backend.get_items() == []
+    cached(100_000)
+    assert calls == [100_000, 100_000]
+    memory.clear(warn=False)
+    assert memory.store_backend.get_items() == []
+
+
+def test_the_url_store_refuses_joblib_compression_and_memory_maps():
+    joblib = pytest.importorskip("joblib")
+    from blpickle.integrations import fsspec_store
+
+    fsspec_store.register()
+    with pytest.raises(blpickle.OptionsError, match="compress= or mmap_mode="):
+        joblib.Memory("memory://blpickle-test/refused", backend="blpickle-fsspec", mmap_mode="r")
