@@ -353,3 +353,12 @@ def test_a_forged_size_is_refused_before_anything_is_allocated():
     stream["shape"] = [1 << 58]
     with pytest.raises(blpickle.CorruptError, match="chunk 0 of buffer 0"):
         blpickle.open(join(parts))
+
+
+def test_a_signed_record_opens_and_its_load_checks_the_key():
+    data = blpickle.dumps({"w": np.arange(50_000.0)}, key=b"k")
+    with blpickle.open(data) as rec:
+        assert rec.signed and np.array_equal(rec["w"], np.arange(50_000.0))
+        assert rec.load(key=b"k")["w"].shape == (50_000,)
+        with pytest.raises(blpickle.SignatureError):
+            rec.load(key=b"other")
