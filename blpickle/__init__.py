@@ -25,8 +25,10 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .info import BufferInfo, RecordInfo, inspect
+from .lazy import LazyArray
 from .options import PRESETS, Options
 from .pickler import DEFAULT_PROTOCOL, HIGHEST_PROTOCOL, CloudPickler, Pickler, dump, dumps
+from .record import ArrayInfo, Record, open
 from .unpickler import Unpickler, load, loads
 
 __version__ = "0.1.0"
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_PROTOCOL",
     "HIGHEST_PROTOCOL",
     "PRESETS",
+    "ArrayInfo",
     "BadMagicError",
     "BlpickleError",
     "BlpickleWarning",
@@ -43,6 +46,7 @@ __all__ = [
     "CloudPickler",
     "CorruptError",
     "DumpError",
+    "LazyArray",
     "LimitError",
     "LoadError",
     "Options",
@@ -51,6 +55,7 @@ __all__ = [
     "PickleError",
     "Pickler",
     "PicklingError",
+    "Record",
     "RecordInfo",
     "SignatureError",
     "TruncatedError",
@@ -64,6 +69,7 @@ __all__ = [
     "inspect",
     "load",
     "loads",
+    "open",
 ]
 
 

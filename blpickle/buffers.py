@@ -34,7 +34,9 @@ class Payload:
     Attributes:
         nbytes: size of the data in bytes (C order for strided views).
         itemsize: element size for the shuffle filter.
-        dtype, shape: the numpy array it holds, if it is one (recorded in the header).
+        dtype, shape, order: the numpy array it holds, if it is one (recorded in the header;
+            order "C" or "F": how its bytes are laid out).
+        name: the array's path in the pickled object, if known (recorded in the header).
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class Payload:
         itemsize: int,
         dtype: np.dtype | None = None,
         shape: tuple[int, ...] | None = None,
+        order: str | None = None,
     ) -> None:
         """``data``: a contiguous ``"B"`` memoryview, or a strided array (copied a chunk at a
         time when read)."""
@@ -52,14 +55,16 @@ class Payload:
         self.itemsize = shuffle_typesize(itemsize, dtype)
         self.dtype = dtype
         self.shape = shape
+        self.order = order
+        self.name: str | None = None
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> Payload:
         """Wrap a numpy array (any order, any strides; not an object array) without copying."""
         if array.flags.c_contiguous or array.flags.f_contiguous:
             flat = array.reshape(-1, order="A").view(np.uint8)
-            return cls(flat.data, array.itemsize, array.dtype, array.shape)
-        return cls(array, array.itemsize, array.dtype, array.shape)
+            return cls(flat.data, array.itemsize, array.dtype, array.shape, "F" if array.flags.fnc else "C")
+        return cls(array, array.itemsize, array.dtype, array.shape, "C")
 
     @classmethod
     def from_picklebuffer(cls, buffer: PickleBuffer) -> Payload:

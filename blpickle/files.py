@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from .errors import BlpickleError, add_note
+from .remote import is_url, reading
 
 try:
     import fcntl
@@ -57,7 +58,12 @@ def naming_errors(path: str) -> Iterator[None]:
 def open_input(file: Any, mode: str = "rb") -> Iterator[Any]:
     """Yield what to read from: ``file`` itself when it is not a path (a file object, or
     bytes), else the file at that path (``~`` expanded) opened with ``mode`` and closed when
-    the block ends; errors raised in the block name the path (see `naming_errors`)."""
+    the block ends, or the object at a URL (``s3://...``, through fsspec: see `remote`);
+    errors raised in the block name the path (see `naming_errors`)."""
+    if is_url(file):
+        with reading(file) as opened:
+            yield opened
+        return
     if not is_path(file):
         yield file
         return

@@ -197,6 +197,8 @@ class StreamInfo:
         splice: for a large bytes, bytearray or str payload the pickler wrote in band: the
             offset in the pickle stream where its bytes belong. None for out-of-band buffers.
         codec: the Blosc2 codec its chunks were compressed with (informational).
+        order: "C" or "F": the memory order of the array's bytes (with dtype and shape).
+        name: the path to the array in the dumped object (``"model.coef_"``), if found.
     """
 
     nbytes: int
@@ -207,6 +209,8 @@ class StreamInfo:
     shape: tuple[int, ...] | None = None
     splice: int | None = None
     codec: str | None = None
+    order: str | None = None
+    name: str | None = None
 
     @property
     def nchunks(self) -> int:
@@ -236,6 +240,10 @@ class StreamInfo:
             out["splice"] = self.splice
         if self.codec is not None:
             out["codec"] = self.codec
+        if self.order is not None:
+            out["order"] = self.order
+        if self.name is not None:
+            out["name"] = self.name
         return out
 
 
@@ -328,7 +336,13 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     codec = doc.get("codec")
     if codec is not None and not isinstance(codec, str):
         raise CorruptError(f"{where}: codec must be a string")
-    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec)
+    order = doc.get("order")
+    if order is not None and order not in ("C", "F"):
+        raise CorruptError(f"{where}: order must be 'C' or 'F'")
+    name = doc.get("name")
+    if name is not None and not isinstance(name, str):
+        raise CorruptError(f"{where}: name must be a string")
+    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec, order, name)
 
 
 @dataclasses.dataclass

@@ -22,12 +22,15 @@ import cloudpickle
 import numpy as np
 
 from . import format as fmt
+from . import remote
 from .arrays import pickle_keeps_dtype, reduce_ndarray
 from .buffers import Payload
 from .errors import OptionsError
 from .files import atomic_write
+from .names import array_names
 from .options import PRESETS, Options, PicklerKind, check_key, resolve_options
 from .policy import fits_compact, plan_graph
+from .remote import is_url
 from .writer import CountingWriter, PackedStream, Pickled, write_pickled
 
 __all__ = [
@@ -131,7 +134,11 @@ class _OutOfBand:
         """Forget the buffers of the last pickle stream."""
         self.streams.clear()
         self.external: list[int] = []  # slots of the buffers given to the caller's callback
-        self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray]] = {}
+        self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray, np.ndarray]] = {}
+        #: id of each array taken out of band, as the pickler met it -> its position in
+        #: `streams`; the arrays are kept alive until the reset, so that no id is reused
+        self._arrays: dict[int, int] = {}
+        self._kept: list[np.ndarray] = []
         self._slots = 0
 
     def used(self) -> bool:
@@ -144,6 +151,7 @@ class _OutOfBand:
         `take_buffer`, a copy in band, or numpy's own reduction (protocols under 5,
         object arrays, dtypes numpy gives back changed, a caller's ``buffer_callback``). The
         array loads as ``pickle`` gives it back, contiguous ones read-only if they were."""
+        met = array
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap loads as a plain array
         dtype = array.dtype
@@ -166,14 +174,23 @@ class _OutOfBand:
         ):  # the caller's callback gets the buffers pickle would give it
             return array.__reduce_ex__(self._protocol)
         placeholder = PickleBuffer(b"" if readonly else bytearray())  # pickle marks a read-only one
-        self._placeholders[id(placeholder)] = (placeholder, array)
+        self._placeholders[id(placeholder)] = (placeholder, array, met)
         return reduce_ndarray(array, placeholder)
+
+    def name_arrays(self, obj: Any) -> None:
+        """Name the payloads of the arrays taken out of band by their paths in ``obj``, the
+        object just pickled (`blpickle.names`)."""
+        if self._arrays:
+            for position, name in array_names(obj, self._arrays).items():
+                self.streams[position][0].name = name
 
     def take_buffer(self, buffer: PickleBuffer) -> bool:
         """The C pickler's ``buffer_callback``: keep ``buffer`` out of band (False) or in the
         pickle stream (True)."""
         taken = self._placeholders.pop(id(buffer), None)
         if taken is not None:
+            self._arrays[id(taken[2])] = len(self.streams)
+            self._kept.append(taken[2])
             self.streams.append((Payload.from_array(taken[1]), None))
         elif self._user_callback is not None:
             if self._user_callback(buffer):
@@ -260,6 +277,7 @@ class _RecordPickler(pickle.Pickler):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
         try:
             super().dump(obj)  # pickle.Pickler's, or cloudpickle's for CloudPickler (the MRO)
+            self._out_of_band.name_arrays(obj)
             record = self._compact_record()
             if record is not None:
                 CountingWriter(self._file).write(record)
@@ -338,8 +356,9 @@ def dump(
 
     Args:
         obj: the object to pickle.
-        file: a binary file object (anything with ``write``: files, pipes, sockets) or a
-            path (``str`` or ``os.PathLike``; ``~`` is expanded).
+        file: a binary file object (anything with ``write``: files, pipes, sockets), a
+            path (``str`` or ``os.PathLike``; ``~`` is expanded) or a URL such as
+            ``s3://bucket/key`` (with fsspec: written as it is produced, published once complete).
         protocol: pickle protocol of the object graph, 5 by default (the one with out-of-band
             buffers; 0-4 keep every buffer in the pickle).
         fix_imports: as in `pickle.dump`.
@@ -362,7 +381,9 @@ def dump(
     """
     resolved = resolve_options(**options)
     with ExitStack() as stack:
-        if isinstance(file, (str, os.PathLike)):
+        if is_url(file):
+            file = stack.enter_context(remote.writing(file))
+        elif isinstance(file, (str, os.PathLike)):
             file = stack.enter_context(atomic_write(file))
         pickler = _PICKLERS[resolved.pickler](
             file, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, preset=resolved
@@ -413,6 +434,7 @@ def _dumps_default(obj: Any) -> bytes:
         pickler = Pickler(io.BytesIO())
     try:
         pickle.Pickler.dump(pickler, obj)
+        pickler._out_of_band.name_arrays(obj)
         record = pickler._compact_record()
         if record is None:
             out = io.BytesIO()

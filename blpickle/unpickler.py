@@ -282,9 +282,10 @@ def load(
     """Read one object from ``file``: a blpickle record or plain pickle data.
 
     Args:
-        file: a binary file object (anything with ``read``) or a path (``~`` is expanded).
-            After a record, a file is left just after it, so records written one after the
-            other load one after the other.
+        file: a binary file object (anything with ``read``), a path (``~`` is expanded) or
+            a URL such as ``s3://bucket/key`` (with fsspec; ``mmap_mode`` is ignored). After a
+            record, a file is left just after it, so records written one after the other load
+            one after the other.
         fix_imports: as in `pickle.load`.
         encoding: as in `pickle.load` (for Python 2 pickles).
         errors: as in `pickle.load` (for Python 2 pickles).

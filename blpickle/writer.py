@@ -150,7 +150,7 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
     plans.append(plan)
     infos.append(fmt.StreamInfo(nbytes, plan.chunk_size, raw=plan.raw, codec=plan.codec))
     for payload, splice in pickled.buffers:
-        plan = plan_buffer(options, payload.nbytes, payload.itemsize, payload.sample, payload.chunk_multiple)
+        plan = plan_buffer(options, payload.nbytes, payload.itemsize, payload.sample, _chunk_multiple(payload, options))
         payloads.append(payload)
         plans.append(plan)
         infos.append(
@@ -163,10 +163,23 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
                 shape=payload.shape,
                 splice=splice,
                 codec=plan.codec,
+                order=payload.order,
+                name=payload.name,
             )
         )
     header = fmt.Header(options.to_dict(), pickled.protocol, tuple(infos), pickled.external)
     write_record(file, header, payloads, plans, options.threads, key)
+
+
+def _chunk_multiple(payload: Payload, options: Options) -> int:
+    """What a buffer's chunk size is a multiple of: a row (along the leading axis) of a
+    C-order array whose rows fit in a chunk, so that reading a range of rows decompresses
+    only the chunks that hold them (`blpickle.lazy`); else what the payload needs."""
+    shape = payload.shape
+    if payload.order != "C" or not shape or not shape[0]:
+        return payload.chunk_multiple
+    row = payload.nbytes // shape[0]
+    return row if 0 < row <= options.chunk_size else payload.chunk_multiple
 
 
 _DTYPE_NAMES: dict[np.dtype, str] = {}

@@ -15,6 +15,7 @@ EXPORTED = [
     "DEFAULT_PROTOCOL",
     "HIGHEST_PROTOCOL",
     "PRESETS",
+    "ArrayInfo",
     "BadMagicError",
     "BlpickleError",
     "BlpickleWarning",
@@ -23,6 +24,7 @@ EXPORTED = [
     "CloudPickler",
     "CorruptError",
     "DumpError",
+    "LazyArray",
     "LimitError",
     "LoadError",
     "Options",
@@ -31,6 +33,7 @@ EXPORTED = [
     "PickleError",
     "Pickler",
     "PicklingError",
+    "Record",
     "RecordInfo",
     "SignatureError",
     "TruncatedError",
@@ -44,6 +47,7 @@ EXPORTED = [
     "inspect",
     "load",
     "loads",
+    "open",
 ]
 
 #: Module-level, so that pickle looks it up by name, and fails: ``<lambda>`` is no attribute.

@@ -1,0 +1,167 @@
+"""blpickle.open against loading the whole record: one array out of a large record, and a
+slice of rows out of a large compressed array (issue 18's goals), side by side.
+
+    python -m bench.open_record [--record-mb 1024] [--array-mb 800] [--repeat 3] [--s3-mb 0]
+
+Each measurement alternates the two ways (open and read, load whole) ``--repeat`` times and
+keeps the best time of each; memory is the peak of Python and numpy allocations
+(tracemalloc) while reading. With ``--s3-mb N`` the first comparison also runs on a record
+of N MB on moto's S3 server on loopback. (moto answers a range request in a time that grows
+with the object's size, about 6 ms per MB, and runs in this process, whose allocations the
+memory figure then includes: there it measures request counts, not S3's speed.) Writes
+``bench/results/open_record.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import blpickle
+
+MB = 1 << 20
+ARRAY_MB = 8
+RESULTS = os.path.join(os.path.dirname(__file__), "results", "open_record.json")
+
+
+def _arrays(total_mb: int) -> dict[str, np.ndarray]:
+    """Arrays of 8 MB of noisy but compressible values, ``total_mb`` in all."""
+    rng = np.random.default_rng(0)
+    count = max(total_mb // ARRAY_MB, 2)
+    base = np.cumsum(rng.integers(-50, 51, ARRAY_MB * MB // 8)).astype(np.float64)
+    return {f"a{i:04d}": base + i for i in range(count)}
+
+
+def _best(fn: Callable[[], Any], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _interleaved(fast: Callable[[], Any], slow: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    fast_times, slow_times = [], []
+    for _ in range(repeat):
+        fast_times.append(_best(fast, 1))
+        slow_times.append(_best(slow, 1))
+    return min(fast_times), min(slow_times)
+
+
+def _peak(fn: Callable[[], Any]) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def one_array(url: str, obj: dict[str, np.ndarray], repeat: int, where: str) -> dict[str, Any]:
+    """Read one 8 MB array of the record at ``url`` vs loading the record."""
+    name = sorted(obj)[len(obj) // 2]
+
+    def read_one() -> np.ndarray:
+        with blpickle.open(url) as rec:
+            return rec[name]
+
+    assert np.array_equal(read_one(), obj[name])
+    fast, slow = _interleaved(read_one, lambda: blpickle.load(url), repeat)
+    return {
+        "case": f"one 8 MB array of a {sum(a.nbytes for a in obj.values()) // MB} MB record ({where})",
+        "open_s": fast,
+        "load_s": slow,
+        "speedup": slow / fast,
+        "open_peak_mb": _peak(read_one) / MB,
+    }
+
+
+def row_slice(path: str, array: np.ndarray, repeat: int) -> dict[str, Any]:
+    """Read 1,000 rows of a large compressed array vs loading it whole."""
+    middle = array.shape[0] // 2
+
+    def read_rows() -> np.ndarray:
+        with blpickle.open(path) as rec:
+            return rec.lazy("array")[middle : middle + 1000]
+
+    assert np.array_equal(read_rows(), array[middle : middle + 1000])
+    fast, slow = _interleaved(read_rows, lambda: blpickle.load(path), repeat)
+    return {
+        "case": f"1,000 rows of a {array.nbytes // MB} MB array {array.shape} (disk)",
+        "open_s": fast,
+        "load_s": slow,
+        "speedup": slow / fast,
+        "open_peak_mb": _peak(read_rows) / MB,
+    }
+
+
+def _s3_url(size_mb: int, obj: dict[str, np.ndarray]) -> tuple[Any, str]:
+    import boto3
+    import fsspec
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    fsspec.config.conf["s3"] = {"endpoint_url": endpoint, "key": "bench", "secret": "bench"}
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="b", aws_secret_access_key="b", region_name="us-east-1"
+    )
+    client.create_bucket(Bucket="blpickle-bench")
+    url = "s3://blpickle-bench/record.blp"
+    blpickle.dump(obj, url)
+    return server, url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--record-mb", type=int, default=1024)
+    parser.add_argument("--array-mb", type=int, default=800)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--s3-mb", type=int, default=0)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        obj = _arrays(args.record_mb)
+        path = os.path.join(directory, "record.blp")
+        blpickle.dump(obj, path)
+        rows.append(one_array(path, obj, args.repeat, "disk"))
+        del obj
+        os.remove(path)
+        columns = 1000
+        array = np.cumsum(
+            np.random.default_rng(1).integers(-50, 51, (args.array_mb * MB // 8 // columns, columns)), axis=0
+        ).astype(np.float64)
+        blpickle.dump({"array": array}, path)
+        rows.append(row_slice(path, array, args.repeat))
+        del array
+    if args.s3_mb:
+        obj = _arrays(args.s3_mb)
+        server, url = _s3_url(args.s3_mb, obj)
+        try:
+            rows.append(one_array(url, obj, args.repeat, "moto S3 on loopback"))
+        finally:
+            server.stop()
+    print(f"{'case':<62} {'open':>8} {'load':>8} {'speedup':>8} {'peak MB':>8}")
+    for row in rows:
+        print(
+            f"{row['case']:<62} {row['open_s']:>7.3f}s {row['load_s']:>7.3f}s "
+            f"{row['speedup']:>7.1f}x {row['open_peak_mb']:>8.1f}"
+        )
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as file:
+        json.dump({"args": vars(args), "cpus": os.cpu_count(), "rows": rows}, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()

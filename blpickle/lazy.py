@@ -1,0 +1,80 @@
+"""A record's array read on demand: slicing its leading axis reads and decompresses only the
+chunks that hold the rows asked for (writers cut C-order arrays into chunks of whole rows,
+where a row fits in a chunk)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .record import ArrayInfo, Record
+
+__all__ = ["LazyArray"]
+
+
+class LazyArray:
+    """A read-only array-like over one array of an open `blpickle.Record`.
+
+    Indexing returns numpy arrays. An integer, a slice (any step) or a tuple starting with
+    one reads only the rows of the leading axis it spans, in a C-order array; any other
+    index (a list, a mask, an array of indices), and any index of a Fortran-order array,
+    reads the whole array first. ``numpy.asarray(lazy)`` reads it whole, its chunks
+    decompressed in parallel. Every read checks the checksums of the chunks it decompresses
+    (a part of an uncompressed buffer is read unchecked).
+
+    Attributes:
+        shape, dtype, ndim, size, nbytes: those of the array.
+        name: its name in the record, or None.
+    """
+
+    def __init__(self, record: Record, info: ArrayInfo) -> None:
+        if info.dtype is None or info.shape is None:
+            raise TypeError(f"buffer {info.position} of the record is not a described numpy array: read it as bytes")
+        self._record = record
+        self._info = info
+        self.dtype: np.dtype = info.dtype
+        self.shape: tuple[int, ...] = info.shape
+        self.name = info.name
+        self.ndim = len(self.shape)
+        self.size = math.prod(self.shape)
+        self.nbytes = info.nbytes
+
+    def __repr__(self) -> str:
+        label = f"{self.name!r}, " if self.name else ""
+        return f"<blpickle.LazyArray {label}shape={self.shape}, dtype={self.dtype}>"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        array = self._record.array(self._info.position)
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
+        if self.ndim == 0 or self._info.order == "F" or not _basic(first):
+            return np.asarray(self)[key]
+        rows = range(self.shape[0])[first]  # IndexError for a row out of range, as numpy
+        if isinstance(rows, int):
+            return self._rows(rows, rows + 1)[(0, *rest)]
+        if not rows:
+            return self._rows(0, 0)[(slice(None), *rest)]
+        low, high = min(rows[0], rows[-1]), max(rows[0], rows[-1]) + 1
+        within = slice(0, high - low, rows.step) if rows.step > 0 else slice(high - 1 - low, None, rows.step)
+        return self._rows(low, high)[(within, *rest)]
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        """Read rows ``start:stop`` of the leading axis (only the chunks holding them)."""
+        row = self.nbytes // self.shape[0] if self.shape[0] else 0
+        data = self._record.read_bytes(self._info.position, start * row, stop * row)
+        return data.view(self.dtype).reshape((stop - start, *self.shape[1:]))
+
+
+def _basic(index: Any) -> bool:
+    """True for an index of the leading axis that picks a range of rows."""
+    return isinstance(index, (int, np.integer, slice)) and not isinstance(index, bool)

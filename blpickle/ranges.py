@@ -1,0 +1,185 @@
+"""Random access to the bytes of one record, for `blpickle.open`: a file on disk, a seekable
+file object, a bytes-like object or a URL (through fsspec: `blpickle.remote`).
+
+Offsets are counted from the record's start, which is where the input stood when opened.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+from .errors import TruncatedError
+from .remote import filesystem
+from .sources import plain_fileno
+from .unpickler import load, loads
+
+__all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges"]
+
+
+class Ranges:
+    """Reads byte ranges of one record.
+
+    Attributes:
+        size: bytes from the record's start to the end of the input.
+        batch: how many frames a reader asks `read_many` for at once.
+    """
+
+    size: int
+    batch = 4
+
+    def read(self, offset: int, size: int, what: str) -> Any:
+        """Return the ``size`` bytes at ``offset`` (a bytes-like object).
+
+        Raises:
+            TruncatedError: when the input ends before.
+        """
+        out = bytearray(size)
+        self.readinto(offset, memoryview(out), what)
+        return out
+
+    def read_many(self, spans: Sequence[tuple[int, int]], what: str) -> list[Any]:
+        """Return the bytes of each ``(offset, size)`` span, in order (concurrently where the
+        input allows it).
+
+        Raises:
+            TruncatedError: when the input ends before one of them.
+        """
+        return [self.read(offset, size, what) for offset, size in spans]
+
+    def readinto(self, offset: int, dst: memoryview, what: str) -> None:
+        """Fill ``dst`` with the bytes at ``offset``.
+
+        Raises:
+            TruncatedError: when the input ends before.
+        """
+        raise NotImplementedError
+
+    def load(self, **kwargs: Any) -> Any:
+        """Load the record's object with `blpickle.load` and ``kwargs``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the input (a file opened for the record)."""
+
+    def _check(self, offset: int, size: int, what: str) -> None:
+        if offset + size > self.size:
+            raise TruncatedError(what, offset, size, max(self.size - offset, 0))
+
+
+class MemoryRanges(Ranges):
+    """A record in a bytes-like object (read in place, never copied whole)."""
+
+    def __init__(self, data: Any) -> None:
+        self._view = memoryview(data).cast("B")
+        self.size = len(self._view)
+
+    def read(self, offset: int, size: int, what: str) -> Any:
+        self._check(offset, size, what)
+        return self._view[offset : offset + size]
+
+    def readinto(self, offset: int, dst: memoryview, what: str) -> None:
+        dst = dst.cast("B")
+        dst[:] = self.read(offset, len(dst), what)
+
+    def load(self, **kwargs: Any) -> Any:
+        kwargs.pop("mmap_mode", None)
+        return loads(self._view, **kwargs)
+
+
+class FileRanges(Ranges):
+    """A record in a seekable binary file, from its current position: a file on disk is read
+    with ``os.pread`` (the file's position never moves), anything else with seek and read
+    (one thread at a time).
+
+    Args:
+        file: the file.
+        owned: close the file with `close`.
+
+    Raises:
+        ValueError: when the file cannot seek.
+    """
+
+    def __init__(self, file: BinaryIO, owned: bool = False) -> None:
+        if not _seekable(file):
+            raise ValueError(
+                "blpickle.open needs random access: a path, a URL, a seekable file or a bytes-like object "
+                "(blpickle.load reads records from streams)"
+            )
+        self._file = file
+        self._owned = owned
+        self._start = file.tell()
+        self._fileno = plain_fileno(file)
+        self._lock = threading.Lock()
+        end = os.fstat(self._fileno).st_size if self._fileno is not None else file.seek(0, io.SEEK_END)
+        if self._fileno is None:
+            file.seek(self._start)
+        self.size = max(end - self._start, 0)
+
+    def readinto(self, offset: int, dst: memoryview, what: str) -> None:
+        dst = dst.cast("B")
+        self._check(offset, len(dst), what)
+        done = 0
+        while done < len(dst):
+            if self._fileno is not None:
+                count = os.preadv(self._fileno, [dst[done:]], self._start + offset + done)
+            else:
+                with self._lock:
+                    self._file.seek(self._start + offset + done)
+                    count = self._file.readinto(dst[done:])  # type: ignore[attr-defined]
+            if not count:
+                raise TruncatedError(what, offset, len(dst), done)
+            done += count
+
+    def load(self, **kwargs: Any) -> Any:
+        self._file.seek(self._start)
+        return load(self._file, **kwargs)
+
+    def close(self) -> None:
+        if self._owned:
+            self._file.close()
+
+
+def _seekable(file: Any) -> bool:
+    try:
+        return bool(file.seekable()) and hasattr(file, "readinto")
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+class UrlRanges(Ranges):
+    """A record at a URL (the whole object), read in byte ranges: a batch of frames at once
+    with ``cat_ranges``, which file systems such as s3fs fetch concurrently."""
+
+    batch = 16
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._fs, self._path = filesystem(url)
+        self.size = self._fs.size(self._path)
+
+    def read(self, offset: int, size: int, what: str) -> Any:
+        return self.read_many([(offset, size)], what)[0]
+
+    def read_many(self, spans: Sequence[tuple[int, int]], what: str) -> list[Any]:
+        for offset, size in spans:
+            self._check(offset, size, what)
+        paths = [self._path] * len(spans)
+        starts = [offset for offset, _ in spans]
+        ends = [offset + size for offset, size in spans]
+        found = self._fs.cat_ranges(paths, starts, ends, on_error="raise")
+        for (offset, size), data in zip(spans, found, strict=True):
+            if len(data) != size:
+                raise TruncatedError(what, offset, size, len(data))
+        return found
+
+    def readinto(self, offset: int, dst: memoryview, what: str) -> None:
+        dst = dst.cast("B")
+        dst[:] = self.read(offset, len(dst), what)
+
+    def load(self, **kwargs: Any) -> Any:
+        kwargs.pop("mmap_mode", None)
+        return load(self._url, **kwargs)

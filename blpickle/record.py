@@ -1,0 +1,490 @@
+"""`blpickle.open`: a record's arrays, one at a time, without unpickling anything.
+
+The header describes every out-of-band array (dtype, shape, order, name) and the trailer
+says where each of its chunks is, so reading one array reads the header, the trailer and
+that array's frames only; each frame's checksum is checked before Blosc2 sees it. Nothing is
+unpickled (but by `Record.load`), so opening an untrusted file runs none of its code.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from . import format as fmt
+from .chunks import unpack_chunk
+from .errors import ChecksumError, CorruptError, LimitError
+from .files import expand, is_path, naming_errors
+from .info import BufferInfo, RecordInfo, pickle_globals
+from .options import available_threads
+from .pool import map_ordered
+from .ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
+from .reader import RecordReader
+from .remote import is_url
+from .sources import MemorySource
+
+__all__ = ["ArrayInfo", "Record", "open"]
+
+#: The first read of a record: its first bytes (the preamble and, most often, the whole
+#: header) and its last (the footer and, most often, the whole trailer).
+_HEAD_READ = 64 << 10
+#: Longest dtype description parsed as a structured dtype.
+_MAX_DTYPE_TEXT = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayInfo:
+    """One out-of-band buffer of a record, as `Record.array` gives it back.
+
+    Attributes:
+        position: its number among the record's buffers (``rec.array(position)``).
+        name: its path in the dumped object (``"model.coef_"``), or None.
+        dtype, shape, order: the array it holds; None for a buffer that is not a described
+            numpy array, read as bytes (a uint8 array).
+        nbytes: decompressed size.
+        stored: bytes its frames take in the record.
+        nchunks: how many chunks it is stored in.
+        chunk_size: decompressed bytes per chunk.
+        codec: the Blosc2 codec of its chunks (None for a raw buffer).
+    """
+
+    position: int
+    name: str | None
+    dtype: np.dtype | None
+    shape: tuple[int, ...] | None
+    order: str | None
+    nbytes: int
+    stored: int
+    nchunks: int
+    chunk_size: int
+    codec: str | None
+
+
+def open(file: Any, *, nthreads: int | None = None) -> Record:
+    """Open the record in ``file`` (a path, a URL such as ``s3://bucket/key`` with fsspec
+    installed, a seekable binary file standing at the record, or a bytes-like object) and
+    return a `Record`, having read its header and trailer only.
+
+    Nothing is unpickled: the arrays are read from the record's own description, so opening
+    an untrusted file is safe (`Record.load` unpickles, as `blpickle.load` does).
+
+    Example:
+        ```python
+        with blpickle.open("model.blp") as rec:
+            weights = rec["weights"]
+        ```
+
+    Raises:
+        blpickle.BadMagicError: when the input is not a blpickle record.
+        blpickle.LoadError: for a damaged or truncated header or trailer.
+        ValueError: for a file object that cannot seek.
+    """
+    threads = nthreads or available_threads()
+    if is_url(file):
+        return _open(UrlRanges(file), threads, file)
+    if is_path(file):
+        path = expand(file)
+        with naming_errors(path):
+            handle = builtins.open(path, "rb")  # noqa: SIM115 - the Record closes it
+            return _open(FileRanges(handle, owned=True), threads, path)
+    if hasattr(file, "read"):
+        return _open(FileRanges(file), threads, None)
+    return _open(MemoryRanges(file), threads, None)
+
+
+def _open(ranges: Ranges, nthreads: int, where: str | None) -> Record:
+    try:
+        return Record(ranges, nthreads, where)
+    except BaseException:
+        ranges.close()
+        raise
+
+
+class Record:
+    """An open record: its arrays by name or position, read one at a time. A context
+    manager; `close` releases the file it opened.
+
+    Attributes:
+        arrays: an `ArrayInfo` per out-of-band buffer, in order.
+        names: the names of the named arrays, in order.
+        version: the record's format version, "major.minor".
+        signed: the record carries a signature (checked by ``load(key=...)`` only).
+        size: bytes of the whole record.
+    """
+
+    def __init__(self, ranges: Ranges, nthreads: int, where: str | None = None) -> None:
+        self._ranges = ranges
+        self._nthreads = nthreads
+        self._where = where
+        # the head and the tail (header, trailer), fetched together: one request to a URL
+        edge = min(ranges.size, _HEAD_READ)
+        head, tail = ranges.read_many([(0, edge), (ranges.size - edge, edge)], "the header and the trailer")
+        self._read_ahead = [(0, head), (ranges.size - edge, tail)]
+        header_size = fmt.PREAMBLE.unpack(head[: fmt.PREAMBLE.size])[-1] if len(head) >= fmt.PREAMBLE.size else 0
+        fmt.check_header_size(header_size)
+        self._data_start = fmt.PREAMBLE.size + header_size + fmt.U64.size
+        if len(head) < self._data_start <= ranges.size:
+            head = ranges.read(0, self._data_start, "the header")
+        reader = RecordReader(MemorySource(head), 1)  # checks the preamble, the header and its checksum
+        self.header = reader.header
+        self.signed = reader.signed
+        self.version = f"{fmt.VERSION_MAJOR}.{reader.minor}"
+        self._header_checksum = fmt.checksum(head[: self._data_start - fmt.U64.size])
+        self._first_frame = _first_frames(self.header.streams)
+        streams = self.header.streams
+        #: a compact record's pickle: it has no frames and no trailer
+        self._compact = bytes(head[fmt.PREAMBLE.size : self._data_start - fmt.U64.size]) if reader.compact else None
+        if self._compact is not None:
+            self._index, self._frames_end, self.size = fmt.FrameIndex(), self._data_start, self._data_start
+            stored = [len(self._compact)]
+        else:
+            self._index, self._frames_end, self.size = self._read_trailer()
+            self._check_index()
+            firsts = zip(self._first_frame, streams, strict=True)
+            stored = [sum(self._index.csizes[f : f + s.nchunks]) for f, s in firsts]
+        self._stored = stored
+        self.arrays = tuple(_describe(n - 1, s, stored[n]) for n, s in enumerate(streams) if n)
+        self._by_name = {a.name: a.position for a in self.arrays if a.name is not None}
+        self.names = tuple(self._by_name)
+        self._info: RecordInfo | None = None
+
+    def __enter__(self) -> Record:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = f" {self._where}" if self._where else ""
+        return f"<blpickle.Record{where}: {len(self.arrays)} buffers, {self.size} bytes>"
+
+    def close(self) -> None:
+        """Close the file the record was opened from (when `open` opened it)."""
+        self._ranges.close()
+
+    def __getitem__(self, key: str | int) -> np.ndarray:
+        """Read the array named ``key`` (or at position ``key``); see `array`."""
+        return self.array(self._position(key))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def array(self, position: int) -> np.ndarray:
+        """Read buffer ``position`` whole (its chunks decompressed in parallel) and return it
+        as the array its `ArrayInfo` describes, writable (a uint8 array for a buffer that is
+        not a described array). Only its frames are read; nothing is unpickled.
+
+        Raises:
+            IndexError: for a position out of range.
+            blpickle.ChecksumError, blpickle.CorruptError: for a damaged frame (named).
+        """
+        info = self._array_info(position)
+        data = self.read_bytes(position, 0, info.nbytes)
+        if info.dtype is None or info.shape is None:
+            return data
+        return data.view(info.dtype).reshape(info.shape, order="F" if info.order == "F" else "C")
+
+    def lazy(self, key: str | int) -> Any:
+        """Return a read-only array-like over the array named ``key`` (or at position
+        ``key``) whose slices on the leading axis read only the chunks they cover (see
+        `blpickle.lazy.LazyArray`)."""
+        from .lazy import LazyArray
+
+        return LazyArray(self, self._array_info(self._position(key)))
+
+    def load(self, **kwargs: Any) -> Any:
+        """Load the whole object, as `blpickle.load` does with ``kwargs`` (``safe=``,
+        ``key=``...): this unpickles."""
+        return self._ranges.load(**kwargs)
+
+    @property
+    def info(self) -> RecordInfo:
+        """What `blpickle.inspect` shows (reads and decompresses the pickle stream, without
+        unpickling it, to list its globals; the buffers' checksums are not read)."""
+        if self._info is None:
+            header = self.header
+            graph = self._compact if self._compact is not None else self._read(0, 0, header.streams[0].nbytes)
+            buffers = tuple(
+                BufferInfo(s.nbytes, stored, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape, s.splice, s.codec)
+                for s, stored in zip(header.streams[1:], self._stored[1:], strict=True)
+            )
+            self._info = RecordInfo(
+                version=self.version,
+                signed=self.signed,
+                options=header.options,
+                protocol=header.protocol,
+                pickle_nbytes=header.streams[0].nbytes,
+                pickle_stored=self._stored[0],
+                buffers=buffers,
+                external=len(header.external),
+                globals=pickle_globals(graph, header),
+                size=self.size,
+            )
+        return self._info
+
+    def read_bytes(self, position: int, start: int, stop: int) -> np.ndarray:
+        """Return bytes ``start:stop`` of buffer ``position`` (decompressed) as a new uint8
+        array, reading and decompressing only the chunks that hold them, checksums checked
+        (a part of a raw buffer is read unchecked: its one checksum covers it whole).
+
+        Raises:
+            blpickle.ChecksumError, blpickle.CorruptError: for a damaged frame (named).
+            blpickle.LimitError: when the bytes cannot be allocated.
+        """
+        return self._read(self._array_info(position).position + 1, start, stop)
+
+    def _position(self, key: str | int) -> int:
+        if isinstance(key, str):
+            if key not in self._by_name:
+                known = ", ".join(map(repr, self.names[:20])) or "none"
+                raise KeyError(f"no array named {key!r} in the record (named arrays: {known})")
+            return self._by_name[key]
+        return key
+
+    def _array_info(self, position: int) -> ArrayInfo:
+        if not isinstance(position, int) or not 0 <= position < len(self.arrays):
+            raise IndexError(f"the record has {len(self.arrays)} buffers, there is no buffer {position!r}")
+        return self.arrays[position]
+
+    def _read_trailer(self) -> tuple[fmt.FrameIndex, int, int]:
+        """Find and decode the trailer: at the end of the input if the frames it lists end
+        right before it, else after the last frame, found by walking over the frames (a
+        record followed by others). Return it, where the frames end, and the record's size.
+
+        Raises:
+            CorruptError, LimitError, ChecksumError, TruncatedError.
+        """
+        nframes = fmt.total_frames(self.header.streams)
+        start = self._trailer_at_end()
+        if start is not None:
+            index, size = self._decode_trailer(start, nframes)
+            if self._frames_stop(index) == start - fmt.U64.size:
+                return index, start - fmt.U64.size, start + size + fmt.FOOTER.size
+        start = self._walk_frames()  # not the last record in the input (or a damaged one)
+        index, size = self._decode_trailer(start, nframes)
+        return index, start - fmt.U64.size, start + size + fmt.FOOTER.size
+
+    def _decode_trailer(self, start: int, nframes: int) -> tuple[fmt.FrameIndex, int]:
+        """Read, check and decode the trailer that starts at ``start``; return it and its size.
+
+        Raises:
+            CorruptError, LimitError, ChecksumError, TruncatedError.
+        """
+        size = fmt.U64.unpack(self._read_at(start - fmt.U64.size, fmt.U64.size, "the trailer size"))[0]
+        if size > fmt.MAX_TRAILER_SIZE:
+            raise LimitError(f"trailer size {size} is over the limit of {fmt.MAX_TRAILER_SIZE} bytes")
+        block = self._read_at(start, size + fmt.FOOTER.size, "the trailer")
+        trailer = bytes(block[:size])
+        footer_size, stored, end_magic = fmt.FOOTER.unpack(block[size:])
+        computed = fmt.checksum(trailer, self._header_checksum)
+        if stored != computed:
+            raise ChecksumError("the trailer", start, stored, computed)
+        if footer_size != size or end_magic != fmt.END_MAGIC:
+            raise CorruptError(f"the footer at offset {start + size} does not match the trailer")
+        return fmt.FrameIndex.decode(trailer, nframes), size
+
+    def _frames_stop(self, index: fmt.FrameIndex) -> int:
+        """Where the frames ``index`` lists end: where the trailer's size field must be."""
+        if not len(index):
+            return self._data_start
+        return index.offsets[-1] + 2 * fmt.U64.size + index.csizes[-1]
+
+    def _read_at(self, offset: int, size: int, what: str) -> Any:
+        """Return the ``size`` bytes at ``offset``, from the bytes read on opening if they
+        hold them."""
+        for start, data in self._read_ahead:
+            if start <= offset and offset + size <= start + len(data):
+                return memoryview(data)[offset - start : offset - start + size]
+        return self._ranges.read(offset, size, what)
+
+    def _trailer_at_end(self) -> int | None:
+        """Return where the trailer starts if the input ends with this record's footer."""
+        end = self._ranges.size
+        if end < self._data_start + fmt.U64.size + fmt.FOOTER.size:
+            return None
+        footer = self._read_at(end - fmt.FOOTER.size, fmt.FOOTER.size, "the footer")
+        size, stored, end_magic = fmt.FOOTER.unpack(footer)
+        start = end - fmt.FOOTER.size - size
+        if end_magic != fmt.END_MAGIC or size > fmt.MAX_TRAILER_SIZE or start - fmt.U64.size < self._data_start:
+            return None
+        trailer = self._read_at(start, size, "the trailer")
+        return start if fmt.checksum(trailer, self._header_checksum) == stored else None
+
+    def _walk_frames(self) -> int:
+        """Return where the trailer starts, found by stepping over every frame (reading
+        their size fields only)."""
+        pos = self._data_start
+        for number, info in enumerate(self.header.streams):
+            if info.raw:
+                if info.nbytes:
+                    pos += fmt.raw_padding(pos)
+                    pos += 2 * fmt.U64.size + info.nbytes
+                continue
+            for chunk in range(info.nchunks):
+                what = f"the size of {_frame_name(number, chunk)}"
+                pos += 2 * fmt.U64.size + fmt.U64.unpack(self._read_at(pos, fmt.U64.size, what))[0]
+        return pos + fmt.U64.size
+
+    def _check_index(self) -> None:
+        """Check that the trailer places every frame after the previous one, before the
+        trailer, with a size its stream allows.
+
+        Raises:
+            CorruptError: naming the first frame that is not.
+        """
+        index = self._index
+        pos = self._data_start
+        for number, info in enumerate(self.header.streams):
+            first = self._first_frame[number]
+            for chunk, (start, stop) in enumerate(info.chunk_spans()):
+                frame = first + chunk
+                offset, csize = index.offsets[frame], index.csizes[frame]
+                most = stop - start + fmt.BLOSC2_MAX_OVERHEAD
+                valid = csize == info.nbytes if info.raw else fmt.BLOSC2_MIN_CHUNK <= csize <= most
+                if not valid or offset < pos or offset + 2 * fmt.U64.size + csize > self._frames_end:
+                    raise CorruptError(
+                        f"the trailer places {_frame_name(number, chunk)} at offset {offset} with {csize} "
+                        "stored bytes: not after the previous frame, or not a size its stream allows"
+                    )
+                pos = offset + 2 * fmt.U64.size + csize
+
+    def _read(self, number: int, start: int, stop: int) -> np.ndarray:
+        """Return bytes ``start:stop`` of stream ``number``, decompressed (see `read_bytes`)."""
+        info = self.header.streams[number]
+        if not 0 <= start <= stop <= info.nbytes:
+            raise IndexError(f"bytes {start}:{stop} are not within stream {number}'s {info.nbytes}")
+        if number == 0 and not info.raw and info.nbytes > self._stored[0] * fmt.MAX_GRAPH_RATIO:
+            raise LimitError(
+                f"the pickle stream declares {info.nbytes} bytes stored in {self._stored[0]}: "
+                f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
+            )
+        out = _allocate(stop - start, number)
+        if stop == start:
+            return out
+        if info.raw:
+            self._read_raw(number, start, out)
+            return out
+        first, last = start // info.chunk_size, -(-stop // info.chunk_size)
+        jobs = self._fetch(number, range(first, last))
+        for _ in map_ordered(lambda job: self._unpack(number, start, out, *job), jobs, last - first, self._nthreads):
+            pass
+        return out
+
+    def _fetch(self, number: int, chunks: range) -> Iterator[tuple[int, Any]]:
+        """Yield ``(chunk, frame bytes)`` for the chunks of stream ``number``, fetched a batch
+        of frames at a time."""
+        first = self._first_frame[number]
+        index = self._index
+        batch = max(self._ranges.batch, self._nthreads)
+        for at in range(0, len(chunks), batch):
+            part = chunks[at : at + batch]
+            spans = [(index.offsets[first + c], index.csizes[first + c] + 2 * fmt.U64.size) for c in part]
+            found = self._ranges.read_many(spans, f"the frames of {_frame_name(number, part[0])}")
+            yield from zip(part, found, strict=True)
+
+    def _unpack(self, number: int, start: int, out: np.ndarray, chunk: int, data: Any) -> None:
+        """Check one frame and decompress it into ``out`` (which holds the stream's bytes
+        from ``start``), straight where the chunk lies whole inside, else through a copy."""
+        info = self.header.streams[number]
+        frame = self._first_frame[number] + chunk
+        offset, csize, expected = self._index.offsets[frame], self._index.csizes[frame], self._index.checksums[frame]
+        what = _frame_name(number, chunk)
+        view = memoryview(data).cast("B")
+        declared = fmt.U64.unpack(view[: fmt.U64.size])[0]
+        stored = fmt.U64.unpack(view[-fmt.U64.size :])[0]
+        if declared != csize or stored != expected:
+            raise CorruptError(f"{what} at offset {offset} does not match the trailer's frame index")
+        low, high = chunk * info.chunk_size, min((chunk + 1) * info.chunk_size, info.nbytes)
+        inside = start <= low and high <= start + out.nbytes
+        dst = out.data[low - start : high - start] if inside else _allocate(high - low, number).data
+        packed = view[fmt.U64.size : fmt.U64.size + csize]
+        unpack_chunk(packed, stored, fmt.frame_seed(self._header_checksum, frame), high - low, dst, what, offset)
+        if not inside:
+            begin, end = max(low, start), min(high, start + out.nbytes)
+            out[begin - start : end - start] = np.frombuffer(dst, np.uint8)[begin - low : end - low]
+
+    def _read_raw(self, number: int, start: int, out: np.ndarray) -> None:
+        """Read bytes of a raw stream into ``out``: the whole payload with its size field and
+        checksum checked, or a part of it unchecked."""
+        info = self.header.streams[number]
+        frame = self._first_frame[number]
+        offset = self._index.offsets[frame]
+        what = _frame_name(number, 0)
+        payload = offset + fmt.U64.size
+        self._ranges.readinto(payload + start, out.data, what)
+        if out.nbytes < info.nbytes:
+            return
+        size = fmt.U64.unpack(self._ranges.read(offset, fmt.U64.size, f"the size of {what}"))[0]
+        stored = fmt.U64.unpack(self._ranges.read(payload + size, fmt.U64.size, f"the checksum of {what}"))[0]
+        if size != info.nbytes or stored != self._index.checksums[frame]:
+            raise CorruptError(f"{what} at offset {offset} does not match the trailer's frame index")
+        computed = fmt.checksum(out, fmt.frame_seed(self._header_checksum, frame))
+        if computed != stored:
+            raise ChecksumError(what, payload, stored, computed)
+
+
+def _frame_name(number: int, chunk: int) -> str:
+    stream = "the pickle stream" if number == 0 else f"buffer {number - 1}"
+    return f"chunk {chunk} of {stream}"
+
+
+def _first_frames(streams: tuple[fmt.StreamInfo, ...]) -> list[int]:
+    firsts, frame = [], 0
+    for info in streams:
+        firsts.append(frame)
+        frame += info.nchunks
+    return firsts
+
+
+def _allocate(nbytes: int, number: int) -> np.ndarray:
+    try:
+        return np.empty(nbytes, dtype=np.uint8)
+    except (MemoryError, ValueError):
+        raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
+
+
+def _describe(position: int, info: fmt.StreamInfo, stored: int) -> ArrayInfo:
+    """Describe a buffer from its stream map: an array where dtype, shape and order are
+    given (or the order cannot matter: records of format 1.0 do not give it) and agree with
+    its size, else bytes."""
+    dtype = None if info.dtype is None or info.shape is None else _parse_dtype(info.dtype)
+    order = info.order
+    if dtype is not None and info.shape is not None:
+        if order is None and sum(n > 1 for n in info.shape) <= 1:
+            order = "C"
+        if order is None or math.prod(info.shape) * dtype.itemsize != info.nbytes:
+            dtype = None
+    shape = info.shape if dtype is not None else None
+    return ArrayInfo(
+        position=position,
+        name=info.name,
+        dtype=dtype,
+        shape=shape,
+        order=order if dtype is not None else None,
+        nbytes=info.nbytes,
+        stored=stored,
+        nchunks=info.nchunks,
+        chunk_size=info.chunk_size,
+        codec=info.codec,
+    )
+
+
+def _parse_dtype(text: str) -> np.dtype | None:
+    """Return the dtype ``str(dtype)`` gave ``text`` (structured dtypes through a literal,
+    never through code), or None for anything else, object dtypes included."""
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError):
+        if len(text) > _MAX_DTYPE_TEXT:
+            return None
+        try:
+            dtype = np.dtype(ast.literal_eval(text))
+        except Exception:  # any text a forged header may hold
+            return None
+    return None if dtype.hasobject or not dtype.itemsize else dtype
