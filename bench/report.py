@@ -348,6 +348,8 @@ def plot_threads(threads: list[dict], path: str) -> None:
 # --------------------------------------------------------------------------------------------
 # The integrations: bench/joblib_bench.py and bench/processes_bench.py results
 
+#: Drawn at 1000 px wide, shown at about 700 px in the pages: large enough type to read there.
+_INTEGRATION_STYLE = {"font.size": 14, "axes.titlesize": 14, "figure.titlesize": 15}
 #: joblib.dump methods of joblib_bench.py, as the chart names them.
 _JOBLIB_METHODS = {
     "joblib uncompressed": "uncompressed",
@@ -365,8 +367,8 @@ def plot_joblib_dump(doc: dict, path: str) -> None:
     rows = doc["dump_load"]
     arrays = list(dict.fromkeys(r["array"] for r in rows))
     labels = [label for method, label in _JOBLIB_METHODS.items() if any(r["method"] == method for r in rows)]
-    with plt.rc_context({"font.size": 12}):
-        fig, axes = plt.subplots(len(arrays), 3, figsize=(11, 1.1 + 2.1 * len(arrays)), squeeze=False)
+    with plt.rc_context(_INTEGRATION_STYLE):
+        fig, axes = plt.subplots(len(arrays), 3, figsize=(10, 1.2 + 2.3 * len(arrays)), squeeze=False)
         for i, array in enumerate(arrays):
             found = {
                 _JOBLIB_METHODS[r["method"]]: r for r in rows if r["array"] == array and r["method"] in _JOBLIB_METHODS
@@ -375,18 +377,20 @@ def plot_joblib_dump(doc: dict, path: str) -> None:
             columns = (
                 ("file ratio", [found[label]["ratio"] for label in labels], "{:.3g}"),
                 *(
-                    (f"{what} (x uncompressed)", [found[label][key] / base[key] for label in labels], "{:.2g}x")
+                    (f"{what}, x uncompressed", [found[label][key] / base[key] for label in labels], "{:.2g}x")
                     for what, key in (("dump", "dump_MBps"), ("load", "load_MBps"))
                 ),
             )
             for k, (title, values, fmt) in enumerate(columns):
                 ax = axes[i][k]
                 _bars(ax, labels, values, fmt, ours=_JOBLIB_OURS)
-                ax.set_title(f"{array}: {title}", fontsize=12)
+                if i == 0:
+                    ax.set_title(title)
                 if k:
                     ax.set_yticklabels([])
+            axes[i][0].set_ylabel(array, fontweight="bold")
         nbytes = rows[0]["nbytes"]
-        fig.suptitle(f"joblib.dump / joblib.load of {human_size(nbytes)} arrays, compress=... (higher is better)")
+        fig.suptitle(f"joblib.dump and joblib.load of {human_size(nbytes)} arrays (higher is better)")
         fig.tight_layout()
         fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -398,9 +402,9 @@ def plot_joblib_memory(doc: dict, path: str) -> None:
     rows = doc["cache_hits"]
     mapped = [r for r in rows if "mmap_mode" in r["memory_kwargs"]]
     loaded = [r for r in rows if "mmap_mode" not in r["memory_kwargs"]]
-    with plt.rc_context({"font.size": 12}):
+    with plt.rc_context(_INTEGRATION_STYLE):
         fig, axes = plt.subplots(
-            2, 1, figsize=(10, 1.6 + 0.45 * len(rows)), gridspec_kw={"height_ratios": [len(loaded), len(mapped)]}
+            2, 1, figsize=(10, 1.8 + 0.5 * len(rows)), gridspec_kw={"height_ratios": [len(loaded), len(mapped)]}
         )
         for ax, group, title in ((axes[0], loaded, "loaded"), (axes[1], mapped, "memory-mapped (mmap_mode='r')")):
             labels = [r["setup"].replace(" store", "").replace(", mmap_mode='r'", "") for r in group]
@@ -408,7 +412,7 @@ def plot_joblib_memory(doc: dict, path: str) -> None:
                 label for label, r in zip(labels, group, strict=True) if r["memory_kwargs"].get("backend") == "blpickle"
             ]
             _bars(ax, labels, [r["speedup_vs_joblib_uncompressed"] for r in group], "{:.3g}x", ours=ours)
-            ax.set_title(title, fontsize=12)
+            ax.set_title(title)
         fig.suptitle(
             f"joblib.Memory cache hit of {human_size(rows[0]['nbytes'])}, x joblib's store uncompressed (higher is better)"
         )
@@ -435,7 +439,7 @@ def _columns(
             ax.text(
                 xi,
                 value,
-                f"{value:.0f}" if value >= 100 else f"{value:.3g}",
+                f"{value:.2f}" if value < 10 else f"{value:.0f}",
                 ha="center",
                 va="bottom",
                 fontsize="small",
@@ -466,15 +470,15 @@ def plot_multiprocessing(doc: dict, path: str) -> None:
     rows = doc["multiprocessing"]
     transports = list(dict.fromkeys(r["transport"] for r in rows))
     datas = list(dict.fromkeys(r["data"] for r in rows))
-    with plt.rc_context({"font.size": 12}):
-        fig, axes = plt.subplots(len(transports), len(datas), figsize=(11, 1 + 3.2 * len(transports)), squeeze=False)
+    with plt.rc_context(_INTEGRATION_STYLE):
+        fig, axes = plt.subplots(len(transports), len(datas), figsize=(10, 1.2 + 3.4 * len(transports)), squeeze=False)
         for i, transport in enumerate(transports):
             for j, data in enumerate(datas):
                 group = [r for r in rows if r["transport"] == transport and r["data"] == data]
                 sizes, send = _by_size(group, lambda r: r["speedup_send"])
                 _, trip = _by_size(group, lambda r: r["speedup_round_trip"])
                 _columns(axes[i][j], sizes, {"send": send, "round trip": trip}, "standard library")
-                axes[i][j].set_title(f"{transport}, {data} data", fontsize=12)
+                axes[i][j].set_title(f"{transport}, {data}")
         _finish(fig, path, "blpickle's multiprocessing context, x the standard library's speed (higher is better)")
     plt.close(fig)
 
@@ -484,15 +488,15 @@ def plot_loky(doc: dict, path: str) -> None:
     with and without joblib's auto-memmapping, a panel per data."""
     rows = doc["loky"]
     datas = list(dict.fromkeys(r["data"] for r in rows))
-    with plt.rc_context({"font.size": 12}):
-        fig, axes = plt.subplots(1, len(datas), figsize=(11, 4), squeeze=False)
+    with plt.rc_context(_INTEGRATION_STYLE):
+        fig, axes = plt.subplots(1, len(datas), figsize=(10, 4.4), squeeze=False)
         for j, data in enumerate(datas):
             series = {}
             for max_nbytes in dict.fromkeys(r["max_nbytes"] for r in rows):
                 group = [r for r in rows if r["data"] == data and r["max_nbytes"] == max_nbytes]
                 sizes, series[f"max_nbytes={max_nbytes}"] = _by_size(group, lambda r: r["speedup"])
             _columns(axes[0][j], sizes, series, "loky default")
-            axes[0][j].set_title(f"{data} data", fontsize=12)
+            axes[0][j].set_title(f"{data} data")
         _finish(fig, path, "joblib.Parallel round trip with blpickle, x loky's default (higher is better)")
     plt.close(fig)
 
@@ -502,21 +506,21 @@ def plot_dask(doc: dict, path: str) -> None:
     a panel per data, and how many times fewer bytes of compressible data crossed loopback."""
     rows = doc["dask"]
     datas = list(dict.fromkeys(r["data"] for r in rows))
-    with plt.rc_context({"font.size": 12}):
-        fig, axes = plt.subplots(1, len(datas) + 1, figsize=(13, 4.6))
-        for ax, data in zip(axes, datas, strict=False):
+    with plt.rc_context(_INTEGRATION_STYLE):
+        fig, axes = plt.subplot_mosaic([datas, ["bytes"] * len(datas)], figsize=(10, 8.4))
+        for data in datas:
             group = [r for r in rows if r["data"] == data]
             sizes, scatter = _by_size(group, lambda r: r["speedup_scatter"])
             _, gather = _by_size(group, lambda r: r["speedup_gather"])
-            _columns(ax, sizes, {"scatter": scatter, "gather": gather}, "dask default")
-            ax.set_title(f"{data} data: speed", fontsize=12)
-        top = max(ax.get_ylim()[1] for ax in axes[:-1])
-        for ax in axes[:-1]:
-            ax.set_ylim(0, top)
+            _columns(axes[data], sizes, {"scatter": scatter, "gather": gather}, "dask default")
+            axes[data].set_title(f"{data} data: speed")
+        top = max(axes[data].get_ylim()[1] for data in datas)
+        for data in datas:
+            axes[data].set_ylim(0, top)
         group = [r for r in rows if r["data"] == datas[0]]
         sizes, fewer = _by_size(group, lambda r: r["dask default"]["wire_bytes"] / r["blpickle"]["wire_bytes"])
-        _columns(axes[-1], sizes, {"bytes": fewer}, "dask default", colours=["#f5b27a"])
-        axes[-1].set_title(f"{datas[0]} data: x fewer bytes sent", fontsize=12)
+        _columns(axes["bytes"], sizes, {"bytes": fewer}, "dask default", colours=["#f5b27a"])
+        axes["bytes"].set_title(f"{datas[0]} data: x fewer bytes sent")
         _finish(fig, path, "dask scatter and gather with the blpickle family, x dask's default serializers")
     plt.close(fig)
 
