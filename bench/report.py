@@ -195,6 +195,8 @@ def markdown_report(doc: dict) -> str:
 #: The peers a reader compares blpickle with, in the plots (REFERENCES less joblib's rarely used HC).
 _PEERS = (DEFAULT, "pickle p5", "np.save", "blosc2 save_tensor", "joblib lz4", "joblib zlib-3")
 _GREY = "0.6"
+#: The plots of the pages are drawn 1000 px wide and shown about 700 px wide: type to read there.
+_STYLE = {"font.size": 14, "axes.titlesize": 14, "figure.titlesize": 15}
 ENTROPY_NAMES = {"low": "an int64 ramp", "medium": "noisy float64", "high": "random float64"}
 #: blpickle in colour; in the line plots each peer has a colour of its own, none of them orange.
 _OURS, _OURS_DARK = "tab:orange", "#a34a00"
@@ -257,16 +259,17 @@ def plot_speeds(rows: list[dict], path: str, size: str) -> None:
     """Dump and load speed of the peers as multiples of pickle's at one size, a row per dataset."""
     methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
     nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
-    fig, axes = plt.subplots(len(ENTROPIES), 2, figsize=(10, 2.3 * len(ENTROPIES)))
-    for i, dataset in enumerate(ENTROPIES):
-        for k, (what, label) in enumerate((("dump", "dump"), ("load_hot", "load"))):
-            values = [_relative(rows, what, m, dataset, size) or 0 for m in methods]
-            _bars(axes[i][k], methods, values, "{:.2g}x")
-            axes[i][k].set_title(f"{ENTROPY_NAMES[dataset]}: {label}", fontsize=10)
-        axes[i][1].set_yticklabels([])
-    fig.suptitle(f"{human_size(nbytes)} arrays: speed as a multiple of pickle's (higher is better)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(len(ENTROPIES), 2, figsize=(10, 0.8 + 2.6 * len(ENTROPIES)))
+        for i, dataset in enumerate(ENTROPIES):
+            for k, (what, label) in enumerate((("dump", "dump"), ("load_hot", "load"))):
+                values = [_relative(rows, what, m, dataset, size) or 0 for m in methods]
+                _bars(axes[i][k], methods, values, "{:.2g}x")
+                axes[i][k].set_title(f"{ENTROPY_NAMES[dataset]}: {label}")
+            axes[i][1].set_yticklabels([])
+        fig.suptitle(f"{human_size(nbytes)} arrays: speed, x pickle's (higher is better)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -275,50 +278,54 @@ def plot_ratios(rows: list[dict], path: str) -> None:
     size = max({r["size"] for r in rows if r["size"] in SIZES}, key=SIZES.__getitem__)
     methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
     nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
-    fig, axes = plt.subplots(1, len(ENTROPIES), figsize=(12, 3.2))
-    for j, (ax, dataset) in enumerate(zip(axes, ENTROPIES, strict=True)):
-        found = {r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == dataset}
-        _bars(ax, methods, [found.get(m, 0) for m in methods], "{:.3g}")
-        ax.set_title(ENTROPY_NAMES[dataset], fontsize=10)
-        if j:
-            ax.set_yticklabels([])
-    fig.suptitle(f"Compression ratio, {human_size(nbytes)} arrays (higher is better)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(1, len(ENTROPIES), figsize=(10, 3.8))
+        for j, (ax, dataset) in enumerate(zip(axes, ENTROPIES, strict=True)):
+            found = {r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == dataset}
+            _bars(ax, methods, [found.get(m, 0) for m in methods], "{:.3g}")
+            ax.set_title(ENTROPY_NAMES[dataset])
+            if j:
+                ax.set_yticklabels([])
+        fig.suptitle(f"Compression ratio, {human_size(nbytes)} arrays (higher is better)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def plot_growth(rows: list[dict], path: str) -> None:
-    """Speed against array size for blpickle default and the peers."""
-    fig, axes = plt.subplots(2, len(ENTROPIES), figsize=(14, 7), squeeze=False, sharex=True)
-    for j, entropy in enumerate(ENTROPIES):
-        for i, what in enumerate(("dump", "load_hot")):
-            ax = axes[i][j]
-            for method in _PEERS:
-                found = sorted(
-                    (r["nbytes"], speed(r, what))
-                    for r in rows
-                    if r["method"] == method and r["dataset"] == entropy and r["size"] in SIZES
-                )
-                if found:
-                    width = 2.5 if method == DEFAULT else 1.2
-                    ax.plot(
-                        *zip(*found, strict=True),
-                        marker="o",
-                        label=method,
-                        color=_LINE_COLOURS[method],
-                        linewidth=width,
+    """Speed against array size (one step per size) for blpickle default and the peers."""
+    sizes = sorted({r["nbytes"] for r in rows if r["size"] in SIZES})
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(2, len(ENTROPIES), figsize=(10, 7.4), squeeze=False, sharex=True)
+        for j, entropy in enumerate(ENTROPIES):
+            for i, what in enumerate(("dump", "load_hot")):
+                ax = axes[i][j]
+                for method in _PEERS:
+                    found = sorted(
+                        (sizes.index(r["nbytes"]), speed(r, what))
+                        for r in rows
+                        if r["method"] == method and r["dataset"] == entropy and r["size"] in SIZES
                     )
-            sizes = sorted({r["nbytes"] for r in rows if r["size"] in SIZES})
-            ax.set_xscale("log")
-            ax.set_xticks(sizes, [human_size(s) for s in sizes])
-            ax.minorticks_off()
-            ax.set_title(f"{entropy} entropy: {_SPEEDS[what]}", fontsize=10)
-            ax.set_ylabel("MB/s")
-            ax.spines[["top", "right"]].set_visible(False)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+                    if found:
+                        width = 3 if method == DEFAULT else 1.5
+                        ax.plot(
+                            *zip(*found, strict=True),
+                            marker="o",
+                            label=method,
+                            color=_LINE_COLOURS[method],
+                            linewidth=width,
+                        )
+                ax.set_xticks(range(len(sizes)), [human_size(s) for s in sizes])
+                ax.set_xlim(-0.3, len(sizes) - 0.7)
+                ax.set_title(f"{ENTROPY_NAMES[entropy]}: {'dump' if what == 'dump' else 'load'}", fontsize=13)
+                ax.spines[["top", "right"]].set_visible(False)
+            axes[0][0].set_ylabel("MB/s")
+            axes[1][0].set_ylabel("MB/s")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
+        fig.suptitle("Speed as the arrays grow, MB/s (higher is better; load from the page cache)")
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -348,8 +355,6 @@ def plot_threads(threads: list[dict], path: str) -> None:
 # --------------------------------------------------------------------------------------------
 # The integrations: bench/joblib_bench.py and bench/processes_bench.py results
 
-#: Drawn at 1000 px wide, shown at about 700 px in the pages: large enough type to read there.
-_INTEGRATION_STYLE = {"font.size": 14, "axes.titlesize": 14, "figure.titlesize": 15}
 #: joblib.dump methods of joblib_bench.py, as the chart names them.
 _JOBLIB_METHODS = {
     "joblib uncompressed": "uncompressed",
@@ -367,7 +372,7 @@ def plot_joblib_dump(doc: dict, path: str) -> None:
     rows = doc["dump_load"]
     arrays = list(dict.fromkeys(r["array"] for r in rows))
     labels = [label for method, label in _JOBLIB_METHODS.items() if any(r["method"] == method for r in rows)]
-    with plt.rc_context(_INTEGRATION_STYLE):
+    with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(arrays), 3, figsize=(10, 1.2 + 2.3 * len(arrays)), squeeze=False)
         for i, array in enumerate(arrays):
             found = {
@@ -402,7 +407,7 @@ def plot_joblib_memory(doc: dict, path: str) -> None:
     rows = doc["cache_hits"]
     mapped = [r for r in rows if "mmap_mode" in r["memory_kwargs"]]
     loaded = [r for r in rows if "mmap_mode" not in r["memory_kwargs"]]
-    with plt.rc_context(_INTEGRATION_STYLE):
+    with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(
             2, 1, figsize=(10, 1.8 + 0.5 * len(rows)), gridspec_kw={"height_ratios": [len(loaded), len(mapped)]}
         )
@@ -470,7 +475,7 @@ def plot_multiprocessing(doc: dict, path: str) -> None:
     rows = doc["multiprocessing"]
     transports = list(dict.fromkeys(r["transport"] for r in rows))
     datas = list(dict.fromkeys(r["data"] for r in rows))
-    with plt.rc_context(_INTEGRATION_STYLE):
+    with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(transports), len(datas), figsize=(10, 1.2 + 3.4 * len(transports)), squeeze=False)
         for i, transport in enumerate(transports):
             for j, data in enumerate(datas):
@@ -488,7 +493,7 @@ def plot_loky(doc: dict, path: str) -> None:
     with and without joblib's auto-memmapping, a panel per data."""
     rows = doc["loky"]
     datas = list(dict.fromkeys(r["data"] for r in rows))
-    with plt.rc_context(_INTEGRATION_STYLE):
+    with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(1, len(datas), figsize=(10, 4.4), squeeze=False)
         for j, data in enumerate(datas):
             series = {}
@@ -506,7 +511,7 @@ def plot_dask(doc: dict, path: str) -> None:
     a panel per data, and how many times fewer bytes of compressible data crossed loopback."""
     rows = doc["dask"]
     datas = list(dict.fromkeys(r["data"] for r in rows))
-    with plt.rc_context(_INTEGRATION_STYLE):
+    with plt.rc_context(_STYLE):
         fig, axes = plt.subplot_mosaic([datas, ["bytes"] * len(datas)], figsize=(10, 8.4))
         for data in datas:
             group = [r for r in rows if r["data"] == data]
