@@ -160,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.replot) as file:
             doc = json.load(file)
         stem = os.path.splitext(os.path.basename(args.replot))[0]
-        write_results(doc, os.path.dirname(args.replot) or ".", stem)
+        out = os.path.dirname(args.replot) or "."
+        if "rows" in doc:
+            write_results(doc, out, stem)
+        else:  # a result of bench/joblib_bench.py or bench/processes_bench.py
+            print("Plots:", *report.plot_integrations(doc, out, stem))
         return 0
     started = time.perf_counter()
     machine = report.machine_info()
@@ -210,7 +214,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--only", nargs="+", metavar="NAME", help="run the contenders whose name contains one")
     add("--dir", help="where to write the files (default: the system's temporary directory)")
     add("--out", default=RESULTS, help="where to write results (default: bench/results)")
-    add("--replot", metavar="JSON", help="run nothing: write the Markdown and plots of a saved run again")
+    add(
+        "--replot",
+        metavar="JSON",
+        help="run nothing: write the Markdown and plots of a saved run again (or the plots of a "
+        "joblib_bench.py or processes_bench.py result)",
+    )
     return parser
 
 

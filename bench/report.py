@@ -6,7 +6,7 @@ import datetime
 import os
 import platform
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import blosc2
 import joblib
@@ -195,11 +195,13 @@ def markdown_report(doc: dict) -> str:
 #: The peers a reader compares blpickle with, in the plots (REFERENCES less joblib's rarely used HC).
 _PEERS = (DEFAULT, "pickle p5", "np.save", "blosc2 save_tensor", "joblib lz4", "joblib zlib-3")
 _GREY = "0.6"
+#: The plots of the pages are drawn 1000 px wide and shown about 700 px wide: type to read there.
+_STYLE = {"font.size": 14, "axes.titlesize": 14, "figure.titlesize": 15}
 ENTROPY_NAMES = {"low": "an int64 ramp", "medium": "noisy float64", "high": "random float64"}
 #: blpickle in colour; in the line plots each peer has a colour of its own, none of them orange.
-_COLOURS = {DEFAULT: "tab:orange"}
+_OURS, _OURS_DARK = "tab:orange", "#a34a00"
 _LINE_COLOURS = {
-    **_COLOURS,
+    DEFAULT: _OURS,
     "pickle p5": "tab:blue",
     "np.save": "tab:green",
     "blosc2 save_tensor": "tab:purple",
@@ -224,10 +226,10 @@ def _relative(rows: list[dict], what: str, method: str, dataset: str, size: str)
     return found["pickle p5"][what]["min"] / found[method][what]["min"]
 
 
-def _bars(ax: plt.Axes, labels: list[str], values: list[float], fmt: str) -> None:
-    """Horizontal bars, blpickle's in colour, each labelled with its value."""
+def _bars(ax: plt.Axes, labels: list[str], values: list[float], fmt: str, ours: Collection[str] = (DEFAULT,)) -> None:
+    """Horizontal bars, those of ``ours`` (blpickle's) in colour, each labelled with its value."""
     y = np.arange(len(labels))
-    colours = [_COLOURS.get(label, _GREY) for label in labels]
+    colours = [_OURS if label in ours else _GREY for label in labels]
     ax.barh(y, values, color=colours)
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
@@ -257,16 +259,17 @@ def plot_speeds(rows: list[dict], path: str, size: str) -> None:
     """Dump and load speed of the peers as multiples of pickle's at one size, a row per dataset."""
     methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
     nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
-    fig, axes = plt.subplots(len(ENTROPIES), 2, figsize=(10, 2.3 * len(ENTROPIES)))
-    for i, dataset in enumerate(ENTROPIES):
-        for k, (what, label) in enumerate((("dump", "dump"), ("load_hot", "load"))):
-            values = [_relative(rows, what, m, dataset, size) or 0 for m in methods]
-            _bars(axes[i][k], methods, values, "{:.2g}x")
-            axes[i][k].set_title(f"{ENTROPY_NAMES[dataset]}: {label}", fontsize=10)
-        axes[i][1].set_yticklabels([])
-    fig.suptitle(f"{human_size(nbytes)} arrays: speed as a multiple of pickle's (higher is better)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(len(ENTROPIES), 2, figsize=(10, 0.8 + 2.6 * len(ENTROPIES)))
+        for i, dataset in enumerate(ENTROPIES):
+            for k, (what, label) in enumerate((("dump", "dump"), ("load_hot", "load"))):
+                values = [_relative(rows, what, m, dataset, size) or 0 for m in methods]
+                _bars(axes[i][k], methods, values, "{:.2g}x")
+                axes[i][k].set_title(f"{ENTROPY_NAMES[dataset]}: {label}")
+            axes[i][1].set_yticklabels([])
+        fig.suptitle(f"{human_size(nbytes)} arrays: speed, x pickle's (higher is better)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -275,50 +278,54 @@ def plot_ratios(rows: list[dict], path: str) -> None:
     size = max({r["size"] for r in rows if r["size"] in SIZES}, key=SIZES.__getitem__)
     methods = [m for m in _PEERS if any(r["method"] == m for r in rows)]
     nbytes = next(r["nbytes"] for r in rows if r["size"] == size)
-    fig, axes = plt.subplots(1, len(ENTROPIES), figsize=(12, 3.2))
-    for j, (ax, dataset) in enumerate(zip(axes, ENTROPIES, strict=True)):
-        found = {r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == dataset}
-        _bars(ax, methods, [found.get(m, 0) for m in methods], "{:.3g}")
-        ax.set_title(ENTROPY_NAMES[dataset], fontsize=10)
-        if j:
-            ax.set_yticklabels([])
-    fig.suptitle(f"Compression ratio, {human_size(nbytes)} arrays (higher is better)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(1, len(ENTROPIES), figsize=(10, 3.8))
+        for j, (ax, dataset) in enumerate(zip(axes, ENTROPIES, strict=True)):
+            found = {r["method"]: r["ratio"] for r in rows if r["size"] == size and r["dataset"] == dataset}
+            _bars(ax, methods, [found.get(m, 0) for m in methods], "{:.3g}")
+            ax.set_title(ENTROPY_NAMES[dataset])
+            if j:
+                ax.set_yticklabels([])
+        fig.suptitle(f"Compression ratio, {human_size(nbytes)} arrays (higher is better)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def plot_growth(rows: list[dict], path: str) -> None:
-    """Speed against array size for blpickle default and the peers."""
-    fig, axes = plt.subplots(2, len(ENTROPIES), figsize=(14, 7), squeeze=False, sharex=True)
-    for j, entropy in enumerate(ENTROPIES):
-        for i, what in enumerate(("dump", "load_hot")):
-            ax = axes[i][j]
-            for method in _PEERS:
-                found = sorted(
-                    (r["nbytes"], speed(r, what))
-                    for r in rows
-                    if r["method"] == method and r["dataset"] == entropy and r["size"] in SIZES
-                )
-                if found:
-                    width = 2.5 if method in _COLOURS else 1.2
-                    ax.plot(
-                        *zip(*found, strict=True),
-                        marker="o",
-                        label=method,
-                        color=_LINE_COLOURS[method],
-                        linewidth=width,
+    """Speed against array size (one step per size) for blpickle default and the peers."""
+    sizes = sorted({r["nbytes"] for r in rows if r["size"] in SIZES})
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(2, len(ENTROPIES), figsize=(10, 7.4), squeeze=False, sharex=True)
+        for j, entropy in enumerate(ENTROPIES):
+            for i, what in enumerate(("dump", "load_hot")):
+                ax = axes[i][j]
+                for method in _PEERS:
+                    found = sorted(
+                        (sizes.index(r["nbytes"]), speed(r, what))
+                        for r in rows
+                        if r["method"] == method and r["dataset"] == entropy and r["size"] in SIZES
                     )
-            sizes = sorted({r["nbytes"] for r in rows if r["size"] in SIZES})
-            ax.set_xscale("log")
-            ax.set_xticks(sizes, [human_size(s) for s in sizes])
-            ax.minorticks_off()
-            ax.set_title(f"{entropy} entropy: {_SPEEDS[what]}", fontsize=10)
-            ax.set_ylabel("MB/s")
-            ax.spines[["top", "right"]].set_visible(False)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+                    if found:
+                        width = 3 if method == DEFAULT else 1.5
+                        ax.plot(
+                            *zip(*found, strict=True),
+                            marker="o",
+                            label=method,
+                            color=_LINE_COLOURS[method],
+                            linewidth=width,
+                        )
+                ax.set_xticks(range(len(sizes)), [human_size(s) for s in sizes])
+                ax.set_xlim(-0.3, len(sizes) - 0.7)
+                ax.set_title(f"{ENTROPY_NAMES[entropy]}: {'dump' if what == 'dump' else 'load'}", fontsize=13)
+                ax.spines[["top", "right"]].set_visible(False)
+            axes[0][0].set_ylabel("MB/s")
+            axes[1][0].set_ylabel("MB/s")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
+        fig.suptitle("Speed as the arrays grow, MB/s (higher is better; load from the page cache)")
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -343,3 +350,200 @@ def plot_threads(threads: list[dict], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# The integrations: bench/joblib_bench.py and bench/processes_bench.py results
+
+#: joblib.dump methods of joblib_bench.py, as the chart names them.
+_JOBLIB_METHODS = {
+    "joblib uncompressed": "uncompressed",
+    "joblib zlib 3": "zlib 3",
+    "joblib lz4": "lz4",
+    "joblib blosc": '"blosc"',
+    "blpickle.dump": "blpickle.dump",
+}
+_JOBLIB_OURS = ('"blosc"', "blpickle.dump")
+
+
+def plot_joblib_dump(doc: dict, path: str) -> None:
+    """``joblib.dump(compress=...)`` per array: file ratio, dump and load speed as multiples of
+    joblib's uncompressed dump and load."""
+    rows = doc["dump_load"]
+    arrays = list(dict.fromkeys(r["array"] for r in rows))
+    labels = [label for method, label in _JOBLIB_METHODS.items() if any(r["method"] == method for r in rows)]
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(len(arrays), 3, figsize=(10, 1.2 + 2.3 * len(arrays)), squeeze=False)
+        for i, array in enumerate(arrays):
+            found = {
+                _JOBLIB_METHODS[r["method"]]: r for r in rows if r["array"] == array and r["method"] in _JOBLIB_METHODS
+            }
+            base = found["uncompressed"]
+            columns = (
+                ("file ratio", [found[label]["ratio"] for label in labels], "{:.3g}"),
+                *(
+                    (f"{what}, x uncompressed", [found[label][key] / base[key] for label in labels], "{:.2g}x")
+                    for what, key in (("dump", "dump_MBps"), ("load", "load_MBps"))
+                ),
+            )
+            for k, (title, values, fmt) in enumerate(columns):
+                ax = axes[i][k]
+                _bars(ax, labels, values, fmt, ours=_JOBLIB_OURS)
+                if i == 0:
+                    ax.set_title(title)
+                if k:
+                    ax.set_yticklabels([])
+            axes[i][0].set_ylabel(array, fontweight="bold")
+        nbytes = rows[0]["nbytes"]
+        fig.suptitle(f"joblib.dump and joblib.load of {human_size(nbytes)} arrays (higher is better)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_joblib_memory(doc: dict, path: str) -> None:
+    """``joblib.Memory`` cache hits as multiples of joblib's store's uncompressed hit: loaded
+    hits in one panel, memory-mapped ones in the other."""
+    rows = doc["cache_hits"]
+    mapped = [r for r in rows if "mmap_mode" in r["memory_kwargs"]]
+    loaded = [r for r in rows if "mmap_mode" not in r["memory_kwargs"]]
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(
+            2, 1, figsize=(10, 1.8 + 0.5 * len(rows)), gridspec_kw={"height_ratios": [len(loaded), len(mapped)]}
+        )
+        for ax, group, title in ((axes[0], loaded, "loaded"), (axes[1], mapped, "memory-mapped (mmap_mode='r')")):
+            labels = [r["setup"].replace(" store", "").replace(", mmap_mode='r'", "") for r in group]
+            ours = [
+                label for label, r in zip(labels, group, strict=True) if r["memory_kwargs"].get("backend") == "blpickle"
+            ]
+            _bars(ax, labels, [r["speedup_vs_joblib_uncompressed"] for r in group], "{:.3g}x", ours=ours)
+            ax.set_title(title)
+        fig.suptitle(
+            f"joblib.Memory cache hit of {human_size(rows[0]['nbytes'])}, x joblib's store uncompressed (higher is better)"
+        )
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _columns(
+    ax: plt.Axes,
+    sizes: list[float],
+    series: dict[str, list[float]],
+    baseline: str,
+    colours: Iterable[str] = (_OURS, _OURS_DARK),
+) -> None:
+    """Vertical bars grouped by array size, one colour per series (blpickle's colours), each
+    labelled with its value, over a dashed line at 1 (``baseline``)."""
+    x = np.arange(len(sizes))
+    width = 0.8 / len(series)
+    for k, ((label, values), colour) in enumerate(zip(series.items(), colours, strict=False)):
+        where = x - 0.4 + width * (k + 0.5)
+        ax.bar(where, values, width, label=label, color=colour)
+        for xi, value in zip(where, values, strict=True):
+            ax.text(
+                xi,
+                value,
+                f"{value:.2f}" if value < 10 else f"{value:.0f}",
+                ha="center",
+                va="bottom",
+                fontsize="small",
+            )
+    ax.axhline(1, color="0.3", linestyle="--", linewidth=1, label=f"{baseline} = 1")
+    ax.set_xticks(x, [human_size(s) for s in sizes])
+    ax.set_ylim(0, max(max(v) for v in series.values()) * 1.18)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+def _finish(fig: plt.Figure, path: str, title: str) -> None:
+    """Title, one legend under the panels (the first panel's series), and save."""
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=100)
+
+
+def _by_size(rows: list[dict], value: Callable[[dict], float]) -> tuple[list[float], list[float]]:
+    ordered = sorted(rows, key=lambda r: r["nbytes"])
+    return [r["nbytes"] for r in ordered], [value(r) for r in ordered]
+
+
+def plot_multiprocessing(doc: dict, path: str) -> None:
+    """Send and round trip with blpickle's context as multiples of the standard library's, a
+    panel per transport and data."""
+    rows = doc["multiprocessing"]
+    transports = list(dict.fromkeys(r["transport"] for r in rows))
+    datas = list(dict.fromkeys(r["data"] for r in rows))
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(len(transports), len(datas), figsize=(10, 1.2 + 3.4 * len(transports)), squeeze=False)
+        for i, transport in enumerate(transports):
+            for j, data in enumerate(datas):
+                group = [r for r in rows if r["transport"] == transport and r["data"] == data]
+                sizes, send = _by_size(group, lambda r: r["speedup_send"])
+                _, trip = _by_size(group, lambda r: r["speedup_round_trip"])
+                _columns(axes[i][j], sizes, {"send": send, "round trip": trip}, "standard library")
+                axes[i][j].set_title(f"{transport}, {data}")
+        _finish(fig, path, "blpickle's multiprocessing context, x the standard library's speed (higher is better)")
+    plt.close(fig)
+
+
+def plot_loky(doc: dict, path: str) -> None:
+    """joblib.Parallel round trips with blpickle's loky pickler as multiples of loky's default,
+    with and without joblib's auto-memmapping, a panel per data."""
+    rows = doc["loky"]
+    datas = list(dict.fromkeys(r["data"] for r in rows))
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplots(1, len(datas), figsize=(10, 4.4), squeeze=False)
+        for j, data in enumerate(datas):
+            series = {}
+            for max_nbytes in dict.fromkeys(r["max_nbytes"] for r in rows):
+                group = [r for r in rows if r["data"] == data and r["max_nbytes"] == max_nbytes]
+                sizes, series[f"max_nbytes={max_nbytes}"] = _by_size(group, lambda r: r["speedup"])
+            _columns(axes[0][j], sizes, series, "loky default")
+            axes[0][j].set_title(f"{data} data")
+        _finish(fig, path, "joblib.Parallel round trip with blpickle, x loky's default (higher is better)")
+    plt.close(fig)
+
+
+def plot_dask(doc: dict, path: str) -> None:
+    """scatter and gather with the blpickle family as multiples of dask's default serializers,
+    a panel per data, and how many times fewer bytes of compressible data crossed loopback."""
+    rows = doc["dask"]
+    datas = list(dict.fromkeys(r["data"] for r in rows))
+    with plt.rc_context(_STYLE):
+        fig, axes = plt.subplot_mosaic([datas, ["bytes"] * len(datas)], figsize=(10, 8.4))
+        for data in datas:
+            group = [r for r in rows if r["data"] == data]
+            sizes, scatter = _by_size(group, lambda r: r["speedup_scatter"])
+            _, gather = _by_size(group, lambda r: r["speedup_gather"])
+            _columns(axes[data], sizes, {"scatter": scatter, "gather": gather}, "dask default")
+            axes[data].set_title(f"{data} data: speed")
+        top = max(axes[data].get_ylim()[1] for data in datas)
+        for data in datas:
+            axes[data].set_ylim(0, top)
+        group = [r for r in rows if r["data"] == datas[0]]
+        sizes, fewer = _by_size(group, lambda r: r["dask default"]["wire_bytes"] / r["blpickle"]["wire_bytes"])
+        _columns(axes["bytes"], sizes, {"bytes": fewer}, "dask default", colours=["#f5b27a"])
+        axes["bytes"].set_title(f"{datas[0]} data: x fewer bytes sent")
+        _finish(fig, path, "dask scatter and gather with the blpickle family, x dask's default serializers")
+    plt.close(fig)
+
+
+def plot_integrations(doc: dict, out: str, stem: str) -> list[str]:
+    """Draw the charts of a joblib_bench.py or processes_bench.py result into ``out`` as
+    ``<stem>-*.png``; return their paths (none for a document of another kind)."""
+    charts: dict[str, Callable[[dict, str], None]] = {}
+    if "dump_load" in doc:
+        charts |= {"dump": plot_joblib_dump, "memory": plot_joblib_memory}
+    sections: dict[str, Callable[[dict, str], None]] = {
+        "multiprocessing": plot_multiprocessing,
+        "loky": plot_loky,
+        "dask": plot_dask,
+    }
+    charts |= {section: plot for section, plot in sections.items() if doc.get(section)}
+    paths = []
+    for name, plot in charts.items():
+        paths.append(os.path.join(out, f"{stem}-{name}.png"))
+        plot(doc, paths[-1])
+    return paths

@@ -1,0 +1,34 @@
+"""The charts of the docs' integration pages are drawn from the committed results.
+
+Run: ``pytest bench/test_report.py`` (``pytest`` alone collects only ``tests/``). A change
+to what bench/joblib_bench.py or bench/processes_bench.py writes that the charts cannot
+read fails here, before ``python -m bench --replot`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from . import report
+
+RESULTS = Path(__file__).with_name("results")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("stem", "charts"),
+    [("joblib", ["dump", "memory"]), ("processes", ["multiprocessing", "loky", "dask"])],
+)
+def test_the_charts_of_a_result_are_drawn(tmp_path: Path, stem: str, charts: list[str]) -> None:
+    doc = json.loads((RESULTS / f"{stem}.json").read_text())
+    paths = report.plot_integrations(doc, str(tmp_path), stem)
+    assert paths == [str(tmp_path / f"{stem}-{chart}.png") for chart in charts]
+    assert all(Path(path).read_bytes().startswith(PNG) for path in paths)
+
+
+def test_a_result_of_another_kind_draws_nothing(tmp_path: Path) -> None:
+    assert report.plot_integrations({"rows": []}, str(tmp_path), "full") == []
+    assert list(tmp_path.iterdir()) == []
