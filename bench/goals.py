@@ -153,3 +153,41 @@ def check(rows: list[dict], memory: list[dict]) -> list[Goal]:
             ),
         ]
     return goals
+
+
+#: Issue 17's goals for small objects: workload -> (op, least speed relative to pickle's).
+FIXED_COST_SPEEDS = {
+    ("tiny dict {'a': 1}", "round trip"): 1 / 4,
+    ("list of 1,000 ints", "round trip"): 0.8,
+    ("list of 100 small dicts", "round trip"): 0.8,
+    ("200 arrays of 800 bytes", "round trip"): 0.7,
+    ("forest (100 trees) via a path", "dump"): 0.8,
+    ("forest (100 trees) via a path", "load"): 0.8,
+}
+#: The most bytes a tiny record may have beyond pickle's.
+FIXED_COST_EXTRA_BYTES = 40
+
+
+def check_fixed(rows: list[dict]) -> list[Goal]:
+    """The fixed-cost goals on the rows of `bench.fixed_cost` (best samples)."""
+    found = {(r["workload"], r["op"]): r for r in rows}
+    goals = [
+        Goal(
+            f"{workload}: {op} >= {least:.2g}x pickle's speed",
+            ">=",
+            least,
+            {op: found[workload, op]["speed_best"]} if (workload, op) in found else {},
+        )
+        for (workload, op), least in FIXED_COST_SPEEDS.items()
+    ]
+    size = found.get(("tiny dict {'a': 1}", "size"))
+    goals.append(
+        Goal(
+            f"tiny dict: at most {FIXED_COST_EXTRA_BYTES} bytes over pickle's",
+            "<=",
+            FIXED_COST_EXTRA_BYTES,
+            {"extra": size["extra_bytes"]} if size else {},
+            " B",
+        )
+    )
+    return goals
