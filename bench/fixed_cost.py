@@ -27,7 +27,7 @@ import blpickle
 
 from .datasets import make_forest, same
 from .report import text_table
-from .timing import spread, timed
+from .timing import compare, interleaved
 
 #: Rounds (one sample of each contender per round) in a full and a quick run.
 ROUNDS, QUICK_ROUNDS = 15, 5
@@ -75,49 +75,6 @@ def small_objects() -> dict[str, Any]:
     }
 
 
-def _loops(call: Callable[[], Any], seconds: float) -> int:
-    """How many calls make a sample of at least ``seconds``."""
-    number = 1
-    while True:
-        elapsed = timed(functools.partial(_repeat, call, number))[0]
-        if elapsed >= seconds or number >= 1 << 20:
-            return number
-        number *= max(2, min(10, int(seconds / max(elapsed, 1e-9)) + 1))
-
-
-def _repeat(call: Callable[[], Any], number: int) -> None:
-    for _ in range(number):
-        call()
-
-
-def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, seconds: float) -> dict[str, dict]:
-    """Per-call seconds (`spread`) of each call, over rounds that run every call once as a
-    timed loop, each round starting with the next call."""
-    numbers = {label: _loops(call, seconds) for label, call in calls.items()}
-    runs: dict[str, list[float]] = {label: [] for label in calls}
-    labels = list(calls)
-    for round_ in range(rounds):
-        first = round_ % len(labels)
-        for label in labels[first:] + labels[:first]:
-            number = numbers[label]
-            runs[label].append(timed(functools.partial(_repeat, calls[label], number))[0] / number)
-    return {label: spread(times) for label, times in runs.items()}
-
-
-def _row(workload: str, op: str, times: dict[str, dict]) -> dict:
-    """A row of the table: both contenders' per-call spreads and blpickle's speed relative to
-    pickle's (pickle's time over blpickle's), of the best and of the median samples."""
-    ours, theirs = times["blpickle"], times[REFERENCE]
-    return {
-        "workload": workload,
-        "op": op,
-        "blpickle": ours,
-        REFERENCE: theirs,
-        "speed_best": theirs["min"] / ours["min"],
-        "speed_median": theirs["median"] / ours["median"],
-    }
-
-
 def measure_memory(rounds: int, seconds: float) -> list[dict]:
     """Round trips of the in-memory workloads; the tiny dict also gets a ``size`` row."""
     rows = []
@@ -128,10 +85,17 @@ def measure_memory(rounds: int, seconds: float) -> list[dict]:
         calls = {
             label: functools.partial(_round_trip, dumps, loads, obj) for label, (dumps, loads) in MEMORY_CODECS.items()
         }
-        rows.append(_row(workload, "round trip", interleaved(calls, rounds, seconds)))
-    sizes = {label: len(dumps(TINY)) for label, (dumps, _) in MEMORY_CODECS.items()}
+        rows.append(compare(workload, "round trip", interleaved(calls, rounds, seconds), REFERENCE))
+    ours, theirs = (len(MEMORY_CODECS[label][0](TINY)) for label in ("blpickle", REFERENCE))
     rows.append(
-        {"workload": "tiny dict {'a': 1}", "op": "size", **sizes, "extra_bytes": sizes["blpickle"] - sizes[REFERENCE]}
+        {
+            "workload": "tiny dict {'a': 1}",
+            "op": "size",
+            "reference_name": REFERENCE,
+            "blpickle": ours,
+            "reference": theirs,
+            "extra_bytes": ours - theirs,
+        }
     )
     return rows
 
@@ -165,7 +129,7 @@ def measure_forest(rounds: int, seconds: float, directory: str) -> list[dict]:
             else functools.partial(load, paths[label])
             for label, (dump, load) in PATH_CODECS.items()
         }
-        rows.append(_row("forest (100 trees) via a path", op, interleaved(calls, rounds, seconds)))
+        rows.append(compare("forest (100 trees) via a path", op, interleaved(calls, rounds, seconds), REFERENCE))
     return rows
 
 
@@ -193,10 +157,10 @@ def table(rows: list[dict]) -> list[tuple[str, ...]]:
     for row in rows:
         if row["op"] == "size":
             lines.append(
-                (row["workload"], "size", f"{row['blpickle']} B", f"{row[REFERENCE]} B", f"{row['extra_bytes']:+d} B")
+                (row["workload"], "size", f"{row['blpickle']} B", f"{row['reference']} B", f"{row['extra_bytes']:+d} B")
             )
             continue
-        ours, theirs = row["blpickle"], row[REFERENCE]
+        ours, theirs = row["blpickle"], row["reference"]
         lines.append(
             (
                 row["workload"],

@@ -191,3 +191,49 @@ def check_fixed(rows: list[dict]) -> list[Goal]:
         )
     )
     return goals
+
+
+#: Issue 17's goals for small tasks: (workload, what) -> least speed relative to the default's.
+SMALL_TASK_SPEEDS = {
+    ("Pool.map (chunksize 1)", "small tasks"): 0.9,
+    ("ProcessPoolExecutor.map", "small tasks"): 0.9,
+    ("joblib.Parallel (loky)", "small tasks"): 0.9,
+    ("joblib.Memory", "hit, small results"): 0.9,
+    ("joblib.Memory", "miss, small results"): 0.9,
+    ("dask graph (+1 combining task)", "small results"): 0.9,
+}
+#: Big buffers between processes: least speed relative to the standard library's.
+BIG_TRANSFER_SPEEDS = {"compressible": 1.5, "random": 1 / 1.1}
+
+
+def check_processes(section: dict[str, list[dict]]) -> list[Goal]:
+    """The goals on the rows of `bench.small_tasks` (best samples): small tasks at least
+    0.9x the defaults' throughput, a big cached result still faster than joblib's store,
+    and big transfers keeping their gain (`bench.processes_bench`'s rows)."""
+    found = {(r["workload"], r["op"]): r for r in section["small"]}
+    goals = [
+        Goal(
+            f"{workload}, {what}: >= {least:.2g}x the default's speed",
+            ">=",
+            least,
+            {found[workload, what]["reference_name"]: found[workload, what]["speed_best"]}
+            if (workload, what) in found
+            else {},
+        )
+        for (workload, what), least in SMALL_TASK_SPEEDS.items()
+    ]
+    big_hits = {
+        f"{r['op']}": r["speed_best"] for r in section["small"] if r["op"].startswith("hit, ") and r["count"] == 1
+    }
+    goals.append(Goal("joblib.Memory, big result: hit faster than joblib's store", ">", 1, big_hits))
+    for data, least in BIG_TRANSFER_SPEEDS.items():
+        measured = {
+            f"{r['transport']} {r['nbytes'] // 10**6} MB {op.replace('_', ' ')}": r[f"speedup_{op}"]
+            for r in section["big"]
+            if r["data"] == data
+            for op in ("send", "round_trip")
+        }
+        goals.append(
+            Goal(f"big {data} buffers to a process: >= {least:.2g}x the stdlib's speed", ">=", least, measured)
+        )
+    return goals
