@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fixed_cost, goals, report, small_tasks
+from . import fixed_cost, goals, pipeline, report, small_tasks
 from .contenders import DEFAULT, Contender, blpickle_contender, contenders
 from .datasets import ENTROPIES, SIZES, make_array, make_forest, make_objects, nbytes, same
 from .memory import extra_peak_mib
@@ -160,7 +160,7 @@ class Run:
                 self.run_group(obj, dataset, "graph")
 
 
-SECTIONS = ("study", "fixed", "processes")
+SECTIONS = ("study", "fixed", "processes", "pipeline")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,12 +189,17 @@ def main(argv: list[str] | None = None) -> int:
             )
             doc.update(rows=run.rows, memory=run.memory, threads=run.threads)
             doc["goals"] += [goal.to_dict() for goal in goals.check(run.rows, run.memory)]
+            print("\nPareto: each peer against the default, and the best preset's figures over the peer's")
+            print(report.text_table(goals.pareto_table(run.rows)), flush=True)
         if "fixed" in sections:
             doc["fixed"] = fixed_cost.run(args.quick, args.dir)
             doc["goals"] += [goal.to_dict() for goal in goals.check_fixed(doc["fixed"])]
         if "processes" in sections:
             doc["processes"] = small_tasks.run(args.quick)
             doc["goals"] += [goal.to_dict() for goal in goals.check_processes(doc["processes"])]
+        if "pipeline" in sections:
+            doc["pipeline"] = pipeline.run(args.quick)
+            doc["goals"] += [goal.to_dict() for goal in goals.check_pipeline(doc["pipeline"])]
     doc["settings"]["seconds"] = round(time.perf_counter() - started)
     doc["settings"]["load_average_at_end"] = os.getloadavg()[0]
     stem = "quick" if args.quick else "huge" if args.huge else "full"

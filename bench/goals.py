@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-from .contenders import DEFAULT
+from blpickle import PRESETS
+
+from .contenders import DEFAULT, preset_name
 from .datasets import SIZES
 
-#: The contenders the goals compare blpickle's default with (``--quick`` runs only these).
+#: The contenders the goals compare blpickle's presets with (``--quick`` runs only these).
 REFERENCES = (
-    DEFAULT,
+    *(preset_name(name) for name in PRESETS),
     "pickle p5",
     "np.save",
     "joblib zlib-3",
@@ -152,7 +154,86 @@ def check(rows: list[dict], memory: list[dict]) -> list[Goal]:
                 _growth(rows, what),
             ),
         ]
+    return goals + check_pareto(arrays)
+
+
+#: The axes of the Pareto goals and how close a preset must come to a peer on each
+#: (the preset's figure over the peer's).
+PARETO_MARGINS = {"ratio": 0.99, "dump": 1.0, "load_hot": 0.95}
+
+
+def pareto(rows: list[dict]) -> list[dict]:
+    """For each peer (a contender that is not blpickle) on each array dataset and size: how
+    far it beats blpickle's default on all three axes at once (``dominance``: the least of its
+    ratio, dump and hot-load speed over the default's; above 1 it is better on all three),
+    and the preset that comes closest to covering it (``margin``: the least of the preset's
+    figures over the peer's, each divided by its `PARETO_MARGINS`; at least 1 covers it)."""
+    found = {(r["dataset"], r["size"], r["method"]): r for r in rows if r["size"] not in ("small", "graph")}
+    presets = {preset_name(name): name for name in PRESETS}
+    out = []
+    for (dataset, size, method), peer in found.items():
+        default = found.get((dataset, size, DEFAULT))
+        if method.startswith("blpickle") or default is None:
+            continue
+        entry: dict = {"dataset": dataset, "size": size, "peer": method, "preset": None, "margin": None}
+        entry["dominance"] = min(speed(peer, what) / speed(default, what) for what in PARETO_MARGINS)
+        for contender, name in presets.items():
+            ours = found.get((dataset, size, contender))
+            if ours is None:
+                continue
+            relative = {what: speed(ours, what) / speed(peer, what) for what in PARETO_MARGINS}
+            margin = min(relative[what] / least for what, least in PARETO_MARGINS.items())
+            if entry["margin"] is None or margin > entry["margin"]:
+                entry.update(preset=name, margin=margin, relative=relative)
+        out.append(entry)
+    return out
+
+
+def check_pareto(rows: list[dict]) -> list[Goal]:
+    """Issue 17's big-buffer goals: (a) no peer better than the default on dump, load and
+    ratio at once, on any dataset and size; (b) for each peer, on each, a preset with ratio
+    >= 0.99x, dump >= 1.0x and load >= 0.95x of the peer's."""
+    entries = pareto(rows)
+    worst: dict[str, dict] = {}
+    for entry in entries:
+        where = f"{entry['dataset']}/{entry['size']}"
+        if where not in worst or entry["dominance"] > worst[where]["dominance"]:
+            worst[where] = entry
+    goals = [
+        Goal(
+            "Pareto (a): no peer better than the default on dump, load and ratio at once (least of the three)",
+            "<=",
+            1,
+            {f"{where} {entry['peer']}": entry["dominance"] for where, entry in worst.items()},
+        )
+    ]
+    for peer in dict.fromkeys(entry["peer"] for entry in entries):
+        covered = {
+            f"{e['dataset']}/{e['size']} {e['preset']}": e["margin"]
+            for e in entries
+            if e["peer"] == peer and e["margin"] is not None
+        }
+        goals.append(Goal(f"Pareto (b): a preset as good as {peer} on all three (margin)", ">=", 1, covered))
     return goals
+
+
+def pareto_table(rows: list[dict]) -> list[tuple[str, ...]]:
+    """The Pareto entries as table lines: each peer, how it compares with the default, and
+    the best preset's figures over the peer's."""
+    lines = [("dataset", "peer", "peer/default (least)", "best preset", "ratio", "dump", "load (hot)", "covers")]
+    for e in pareto(rows):
+        relative = e.get("relative", {})
+        lines.append(
+            (
+                f"{e['dataset']}/{e['size']}",
+                e["peer"],
+                f"{e['dominance']:.2f}x",
+                e["preset"] or "-",
+                *(f"{relative[what]:.2f}x" if what in relative else "-" for what in PARETO_MARGINS),
+                "-" if e["margin"] is None else "yes" if e["margin"] >= 1 else "no",
+            )
+        )
+    return lines
 
 
 #: Issue 17's goals for small objects: workload -> (op, least speed relative to pickle's).
@@ -237,3 +318,21 @@ def check_processes(section: dict[str, list[dict]]) -> list[Goal]:
             Goal(f"big {data} buffers to a process: >= {least:.2g}x the stdlib's speed", ">=", least, measured)
         )
     return goals
+
+
+#: blpickle's load throughput over Blosc2's own on the same buffer with the same parameters.
+PIPELINE_LOAD_EFFICIENCY = 0.95
+
+
+def check_pipeline(rows: list[dict]) -> list[Goal]:
+    """The load pipeline's efficiency (best samples) on the rows of `bench.pipeline`; the
+    dump's is reported there without a goal."""
+    loads = {f"{r['workload']}": r["speed_best"] for r in rows if r["op"] == "load"}
+    return [
+        Goal(
+            f"load pipeline >= {PIPELINE_LOAD_EFFICIENCY:.2g}x Blosc2's own throughput, same parameters",
+            ">=",
+            PIPELINE_LOAD_EFFICIENCY,
+            loads,
+        )
+    ]

@@ -11,7 +11,9 @@ import pickle
 import numpy as np
 import pytest
 
-from . import fixed_cost, goals, processes_bench, small_tasks, timing
+import blpickle
+
+from . import fixed_cost, goals, pipeline, processes_bench, small_tasks, timing
 
 
 def test_fixed_cost_rows_feed_every_goal(tmp_path) -> None:
@@ -54,3 +56,48 @@ def test_small_task_rows_feed_every_goal() -> None:
     assert {goal.status for goal in checked} <= {"PASS", "FAIL"}, [g.summary for g in checked]
     assert all(row["speed_best"] > 0 and len(row["blpickle"]["runs"]) == 1 for row in rows)
     assert [line[0] for line in small_tasks.table(rows)[1:]] == [row["workload"] for row in rows]
+
+
+def test_pipeline_uses_the_record_parameters_and_feeds_its_goal() -> None:
+    rows = pipeline.measure("medium", nbytes=8 << 20, rounds=1)
+    assert [row["op"] for row in rows] == ["dump", "load"]
+    parameters = rows[0]["parameters"]
+    assert parameters["chunksize"] > 0 and parameters["blocksize"] > 0
+    assert parameters["blpickle_ratio"] == pytest.approx(parameters["blosc2_ratio"], rel=0.02)
+    assert goals.check_pipeline(rows)[0].status in ("PASS", "FAIL")
+
+
+def test_first_chunk_is_not_found_in_a_raw_record() -> None:
+    record = blpickle.dumps(np.arange(1 << 20, dtype=np.int64), codec=None)
+    info = blpickle.inspect(record)
+    with pytest.raises(ValueError, match="no Blosc2 chunk"):
+        pipeline.first_chunk(record, info.buffers[0].nbytes, 1, 8)
+
+
+def test_pareto_finds_dominating_peers_and_covering_presets() -> None:
+    def row(method: str, dump: float, load: float, ratio: float) -> dict:
+        spread = {"min": 1.0, "median": 1.0}
+        return {
+            "dataset": "medium",
+            "size": "mid",
+            "method": method,
+            "nbytes": 1e6,
+            "ratio": ratio,
+            "dump": {**spread, "min": 1 / dump},
+            "load_hot": {**spread, "min": 1 / load},
+        }
+
+    rows = [
+        row("blpickle default", 100, 100, 1.1),
+        row("blpickle balanced", 90, 96, 1.2),
+        row("better peer", 101, 101, 1.2),
+        row("slow peer", 50, 90, 1.19),
+    ]
+    entries = {e["peer"]: e for e in goals.pareto(rows)}
+    assert entries["better peer"]["dominance"] == pytest.approx(1.01)
+    assert entries["slow peer"]["preset"] == "balanced"
+    assert entries["slow peer"]["margin"] == pytest.approx(min(1.2 / 1.19 / 0.99, 90 / 50, 96 / 90 / 0.95))
+    status = {g.text: g.status for g in goals.check_pareto(rows)}
+    assert [s for text, s in status.items() if text.startswith("Pareto (a)")] == ["FAIL"]
+    assert status["Pareto (b): a preset as good as slow peer on all three (margin)"] == "PASS"
+    assert status["Pareto (b): a preset as good as better peer on all three (margin)"] == "FAIL"
