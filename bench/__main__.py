@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fixed_cost, goals, pipeline, report, small_tasks
+from . import fixed_cost, goals, pipeline, report, section_tables, small_tasks
 from .contenders import DEFAULT, Contender, blpickle_contender, contenders
 from .datasets import ENTROPIES, SIZES, make_array, make_forest, make_objects, nbytes, same
 from .memory import extra_peak_mib
@@ -165,6 +165,10 @@ SECTIONS = ("study", "fixed", "processes", "pipeline")
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as file:
+            print(section_tables.markdown(json.load(file)))
+        return 0
     if args.replot:
         with open(args.replot) as file:
             doc = json.load(file)
@@ -236,6 +240,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--dir", help="where to write the files (default: the system's temporary directory)")
     add("--out", default=RESULTS, help="where to write results (default: bench/results)")
     add("--replot", metavar="JSON", help="run nothing: write the Markdown and plots of a saved run again")
+    add(
+        "--markdown",
+        metavar="JSON",
+        help="run nothing: print the Markdown tables of the fixed, processes and pipeline sections of a saved run",
+    )
     return parser
 
 

@@ -30,7 +30,7 @@ from .report import text_table
 from .timing import compare, interleaved
 
 #: Rounds (one sample of each contender per round) in a full and a quick run.
-ROUNDS, QUICK_ROUNDS = 15, 5
+ROUNDS, QUICK_ROUNDS = 15, 7
 #: Seconds one sample should last at least (the loop of calls grows until it does).
 SAMPLE_SECONDS, QUICK_SAMPLE_SECONDS = 0.02, 0.01
 TINY = {"a": 1}

@@ -28,7 +28,7 @@ from .datasets import ENTROPIES, SIZES, make_array
 from .report import text_table
 from .timing import compare, interleaved
 
-ROUNDS, QUICK_ROUNDS = 7, 3
+ROUNDS, QUICK_ROUNDS = 11, 5
 SIZE = "mid"
 _SHUFFLES = {
     "shuffle": blosc2.Filter.SHUFFLE,
