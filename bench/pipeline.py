@@ -163,7 +163,7 @@ def table(rows: list[dict]) -> list[tuple[str, ...]]:
 
         lines.append(
             (
-                f"{row['workload']}/{SIZE}",
+                f"{row['workload']}, {row['nbytes'] / 1e6:.0f} MB",
                 row["op"],
                 mbs(row["blpickle"]),
                 mbs(row["reference"]),

@@ -13,7 +13,7 @@ import pytest
 
 import blpickle
 
-from . import fixed_cost, goals, pipeline, processes_bench, small_tasks, timing
+from . import fixed_cost, goals, pipeline, processes_bench, section_tables, small_tasks, timing
 
 
 def test_fixed_cost_rows_feed_every_goal(tmp_path) -> None:
@@ -101,3 +101,17 @@ def test_pareto_finds_dominating_peers_and_covering_presets() -> None:
     assert [s for text, s in status.items() if text.startswith("Pareto (a)")] == ["FAIL"]
     assert status["Pareto (b): a preset as good as slow peer on all three (margin)"] == "PASS"
     assert status["Pareto (b): a preset as good as better peer on all three (margin)"] == "FAIL"
+
+
+def test_section_tables_render_every_section_and_its_goals() -> None:
+    fixed = fixed_cost.measure_memory(rounds=1, seconds=1e-4)
+    lines = pipeline.measure("low", nbytes=4_000_000, rounds=1)
+    doc = {
+        "fixed": fixed,
+        "pipeline": lines,
+        "goals": [g.to_dict() for g in goals.check_fixed(fixed) + goals.check_pipeline(lines) + goals.check([], [])],
+    }
+    text = section_tables.markdown(doc)
+    assert "| tiny dict {'a': 1} | size |" in text and "| low, 4 MB | load |" in text
+    assert "| load pipeline >= 0.95x Blosc2's own throughput, same parameters |" in text
+    assert "3x joblib lz4" not in text  # the study's goals stay in the study's report
