@@ -153,7 +153,7 @@ def _us(seconds: float) -> str:
 
 def table(rows: list[dict]) -> list[tuple[str, ...]]:
     """The section's table: per-call µs best (median) of each, and blpickle's relative speed."""
-    lines = [("workload", "op", "blpickle µs", "pickle µs", "speed vs pickle best (median)")]
+    lines: list[tuple[str, ...]] = [("workload", "op", "blpickle µs", "pickle µs", "speed vs pickle best (median)")]
     for row in rows:
         if row["op"] == "size":
             lines.append(

@@ -220,7 +220,9 @@ def check_pareto(rows: list[dict]) -> list[Goal]:
 def pareto_table(rows: list[dict]) -> list[tuple[str, ...]]:
     """The Pareto entries as table lines: each peer, how it compares with the default, and
     the best preset's figures over the peer's."""
-    lines = [("dataset", "peer", "peer/default (least)", "best preset", "ratio", "dump", "load (hot)", "covers")]
+    lines: list[tuple[str, ...]] = [
+        ("dataset", "peer", "peer/default (least)", "best preset", "ratio", "dump", "load (hot)", "covers")
+    ]
     for e in pareto(rows):
         relative = e.get("relative", {})
         lines.append(

@@ -74,6 +74,8 @@ def blosc2_parameters(record: bytes) -> dict[str, Any]:
     """
     info = blpickle.inspect(record)
     (buffer,) = info.buffers
+    if buffer.codec is None:
+        raise ValueError("the buffer is stored raw")
     options = info.options
     typesize = buffer.itemsize
     chunk_size, blocksize = first_chunk(record, buffer.nbytes, buffer.nchunks, typesize)
@@ -154,7 +156,9 @@ def run(quick: bool) -> list[dict]:
 
 def table(rows: list[dict]) -> list[tuple[str, ...]]:
     """Throughputs best (median) of each, efficiency, and the parameters both used."""
-    lines = [("dataset", "op", "blpickle MB/s", "Blosc2 MB/s", "efficiency", "ratio blpickle / Blosc2", "parameters")]
+    lines: list[tuple[str, ...]] = [
+        ("dataset", "op", "blpickle MB/s", "Blosc2 MB/s", "efficiency", "ratio blpickle / Blosc2", "parameters")
+    ]
     for row in rows:
         p = row["parameters"]
 

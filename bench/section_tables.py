@@ -25,7 +25,7 @@ _SECTION_GOALS = (
 
 def big_transfers_table(rows: list[dict]) -> list[tuple[str, ...]]:
     """`bench.processes_bench` rows: blpickle's speed over the standard library's."""
-    lines = [("transport", "data", "MB", "send", "round trip")]
+    lines: list[tuple[str, ...]] = [("transport", "data", "MB", "send", "round trip")]
     for row in rows:
         lines.append(
             (
@@ -41,7 +41,7 @@ def big_transfers_table(rows: list[dict]) -> list[tuple[str, ...]]:
 
 def goals_table(goals: list[dict]) -> list[tuple[str, ...]]:
     """The run's goals of these sections: text, worst value and status."""
-    lines = [("goal", "worst in this run", "status")]
+    lines: list[tuple[str, ...]] = [("goal", "worst in this run", "status")]
     for goal in goals:
         if goal["text"].startswith(_SECTION_GOALS):
             worst = "-" if goal["worst"] is None else f"{goal['worst']:.3g}{goal['unit']}"

@@ -108,6 +108,10 @@ def _checked(expected: list, run: Callable[[], list]) -> Callable[[], None]:
     return call
 
 
+def _executor_map(executor: concurrent.futures.Executor, tasks: int) -> list:
+    return list(executor.map(small_task, range(tasks)))
+
+
 def measure_multiprocessing(tasks: int, executor_tasks: int, rounds: int) -> list[dict]:
     """Pool.map (chunksize 1) and ProcessPoolExecutor.map of small tasks, both contexts."""
     rows = []
@@ -121,7 +125,7 @@ def measure_multiprocessing(tasks: int, executor_tasks: int, rounds: int) -> lis
     expected = expected[:executor_tasks]
     with _executors() as executors:
         calls = {
-            label: _checked(expected, lambda ex=executor: list(ex.map(small_task, range(executor_tasks))))
+            label: _checked(expected, functools.partial(_executor_map, executor, executor_tasks))
             for label, executor in executors.items()
         }
         times = interleaved(calls, rounds, 0)
@@ -279,15 +283,12 @@ def measure_dask(tasks: int, rounds: int) -> list[dict]:
         calls = {label: functools.partial(_dask_graph, client, tasks) for label, client in clients.items()}
         times = interleaved(calls, rounds, 0)
     rows = [compare("dask graph (+1 combining task)", "small results", times, "dask default", tasks)]
-    calls = {
+    round_trips = {
         "dask default": _dask_round_trip(None, None),
         "blpickle": _dask_round_trip(bl_dask.SERIALIZERS, bl_dask.DESERIALIZERS),
     }
-    rows.append(
-        compare(
-            "dask serialize+deserialize", "one small result (info)", interleaved(calls, rounds, 0.01), "dask default", 1
-        )
-    )
+    times = interleaved(round_trips, rounds, 0.01)
+    rows.append(compare("dask serialize+deserialize", "one small result (info)", times, "dask default"))
     return rows
 
 
@@ -319,7 +320,7 @@ def _ms(seconds: float) -> str:
 
 def table(rows: list[dict]) -> list[tuple[str, ...]]:
     """Per-sample ms best (median) of each, and blpickle's relative speed."""
-    lines = [
+    lines: list[tuple[str, ...]] = [
         ("workload", "what", "count", "reference", "reference ms", "blpickle ms", "speed vs reference best (median)")
     ]
     for row in rows:

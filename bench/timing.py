@@ -10,7 +10,7 @@ import mmap
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _PROBE_SIZE = 4 << 20
@@ -48,7 +48,7 @@ def _repeat(call: Callable[[], Any], number: int) -> None:
         call()
 
 
-def interleaved(calls: dict[str, Callable[[], Any]], rounds: int, seconds: float) -> dict[str, dict]:
+def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int, seconds: float) -> dict[str, dict]:
     """Per-call seconds (`spread`) of each call, over rounds that run every call once as a
     timed loop, each round starting with the next call."""
     numbers = {label: _loops(call, seconds) for label, call in calls.items()}
