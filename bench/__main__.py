@@ -1,10 +1,16 @@
 """Reproduce the Bloscpack paper's benchmark with blpickle and its contenders, side by side.
 
-Low/medium/high entropy arrays of 80 KB, 80 MB and 800 MB (and > 4 GiB with --huge), an
-object-heavy dict and a fitted random forest; dumps include fsync; loads with a hot and a
-cold page cache. Prints tables and the goals of design.md, writes JSON, Markdown and plots.
+Sections (``--section``, default all):
+  study      low/medium/high entropy arrays of 80 KB, 80 MB and 800 MB (and > 4 GiB with
+             --huge), an object-heavy dict and a fitted random forest; dumps include fsync;
+             loads with a hot and a cold page cache; the Pareto goals of the presets.
+  fixed      small objects against pickle: what every record costs (bench/fixed_cost.py).
+  processes  many small tasks through multiprocessing, loky, joblib.Memory and dask with
+             blpickle against their defaults, and a big buffer (bench/small_tasks.py).
+  pipeline   blpickle's throughput over Blosc2's own on the same big buffer (bench/pipeline.py).
+Prints tables and the goals, writes JSON (the study also Markdown and plots).
 
-Run: ``python -m bench [--quick] [--huge] [--only NAME ...] [--dir DIR] [--out DIR]``.
+Run: ``python -m bench [--quick] [--huge] [--section NAME ...] [--only NAME ...] [--dir DIR] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import goals, report
+from . import fixed_cost, goals, pipeline, report, section_tables, small_tasks
 from .contenders import DEFAULT, Contender, blpickle_contender, contenders
 from .datasets import ENTROPIES, SIZES, make_array, make_forest, make_objects, nbytes, same
 from .memory import extra_peak_mib
@@ -154,8 +160,15 @@ class Run:
                 self.run_group(obj, dataset, "graph")
 
 
+SECTIONS = ("study", "fixed", "processes", "pipeline")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as file:
+            print(section_tables.markdown(json.load(file)))
+        return 0
     if args.replot:
         with open(args.replot) as file:
             doc = json.load(file)
@@ -168,28 +181,43 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.perf_counter()
     machine = report.machine_info()
+    sections = args.section or list(SECTIONS)
+    doc: dict[str, Any] = {"machine": machine, "settings": {"sections": sections, "quick": args.quick}, "goals": []}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="blpickle-bench-") as directory:
-        run = Run(args, directory)
-        print(report.preamble(machine, run.drop.used))
-        run.run()
-    doc = {
-        "machine": machine,
-        "settings": {
-            "sizes": run.sizes,
-            "repeats": run.repeats,
-            "budget_s": run.budget,
-            "cold_cache": dict(run.drop.used),
-            "contenders": [c.name for c in run.contenders],
-            "seconds": round(time.perf_counter() - started),
-            "load_average_at_end": os.getloadavg()[0],
-        },
-        "rows": run.rows,
-        "memory": run.memory,
-        "threads": run.threads,
-        "goals": [goal.to_dict() for goal in goals.check(run.rows, run.memory)],
-    }
-    print(report.summary_text(doc))
-    write_results(doc, args.out, "quick" if args.quick else "huge" if args.huge else "full")
+        if "study" in sections:
+            run = Run(args, directory)
+            print(report.preamble(machine, run.drop.used))
+            run.run()
+            doc["settings"].update(
+                sizes=run.sizes,
+                repeats=run.repeats,
+                budget_s=run.budget,
+                cold_cache=dict(run.drop.used),
+                contenders=[c.name for c in run.contenders],
+            )
+            doc.update(rows=run.rows, memory=run.memory, threads=run.threads)
+            doc["goals"] += [goal.to_dict() for goal in goals.check(run.rows, run.memory)]
+            print("\nPareto: each peer against the default, and the best preset's figures over the peer's")
+            print(report.text_table(goals.pareto_table(run.rows)), flush=True)
+        if "fixed" in sections:
+            doc["fixed"] = fixed_cost.run(args.quick, args.dir)
+            doc["goals"] += [goal.to_dict() for goal in goals.check_fixed(doc["fixed"])]
+        if "processes" in sections:
+            doc["processes"] = small_tasks.run(args.quick)
+            doc["goals"] += [goal.to_dict() for goal in goals.check_processes(doc["processes"])]
+        if "pipeline" in sections:
+            doc["pipeline"] = pipeline.run(args.quick)
+            doc["goals"] += [goal.to_dict() for goal in goals.check_pipeline(doc["pipeline"])]
+    doc["settings"]["seconds"] = round(time.perf_counter() - started)
+    doc["settings"]["load_average_at_end"] = os.getloadavg()[0]
+    stem = "quick" if args.quick else "huge" if args.huge else "full"
+    if "study" in sections:
+        print(report.summary_text(doc))
+        write_results(doc, args.out, stem)
+    else:
+        print("\nGoals, from this run:")
+        print("\n".join(f"  {goal['status']:4s}  {goal['summary']}" for goal in doc["goals"]))
+        write_json(doc, args.out, "-".join(sections) + ("-quick" if args.quick else ""))
     print(f"\nDone in {doc['settings']['seconds']} s.")
     return 0
 
@@ -211,7 +239,8 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add a 4.3 GB size (over 4 GiB; slow compressors skipped; takes long)",
     )
-    add("--only", nargs="+", metavar="NAME", help="run the contenders whose name contains one")
+    add("--section", nargs="+", choices=SECTIONS, help="run only these sections (default: all)")
+    add("--only", nargs="+", metavar="NAME", help="study: run the contenders whose name contains one")
     add("--dir", help="where to write the files (default: the system's temporary directory)")
     add("--out", default=RESULTS, help="where to write results (default: bench/results)")
     add(
@@ -220,14 +249,25 @@ def _parser() -> argparse.ArgumentParser:
         help="run nothing: write the Markdown and plots of a saved run again (or the plots of a "
         "joblib_bench.py or processes_bench.py result)",
     )
+    add(
+        "--markdown",
+        metavar="JSON",
+        help="run nothing: print the Markdown tables of the fixed, processes and pipeline sections of a saved run",
+    )
     return parser
+
+
+def write_json(doc: dict, out: str, stem: str) -> None:
+    """Write ``<stem>.json`` into ``out``."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{stem}.json"), "w") as file:
+        json.dump(doc, file, indent=1)
+    print(f"Results: {out}/{stem}.json")
 
 
 def write_results(doc: dict, out: str, stem: str) -> None:
     """Write ``<stem>.json``, ``<stem>.md`` and the ``<stem>-*.png`` plots into ``out``."""
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{stem}.json"), "w") as file:
-        json.dump(doc, file, indent=1)
+    write_json(doc, out, stem)
     with open(os.path.join(out, f"{stem}.md"), "w") as file:
         file.write(report.markdown_report(doc))
     report.plot_headline(doc["rows"], os.path.join(out, f"{stem}-headline.png"))
@@ -237,7 +277,7 @@ def write_results(doc: dict, out: str, stem: str) -> None:
     report.plot_growth(doc["rows"], os.path.join(out, f"{stem}-growth.png"))
     if doc["threads"]:
         report.plot_threads(doc["threads"], os.path.join(out, f"{stem}-threads.png"))
-    print(f"Results: {out}/{stem}.json, {stem}.md, {stem}-*.png")
+    print(f"Results: {out}/{stem}.md, {stem}-*.png")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,13 @@ with contextlib.suppress(ImportError):  # with joblib: the "joblib blosc" conten
 
     register()
 
-DEFAULT = "blpickle default"
+
+def preset_name(preset: str) -> str:
+    """The contender of a named preset of `blpickle.PRESETS`."""
+    return f"blpickle {preset}"
+
+
+DEFAULT = preset_name("default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,16 +89,14 @@ def _joblib(name: str, compress: Any, slow: bool = False) -> Contender:
 
 
 def contenders() -> list[Contender]:
-    """Every contender available in this environment, blpickle's default first."""
+    """Every contender available in this environment: blpickle's presets (the default
+    first), other blpickle options, then the peers."""
     table = [
-        blpickle_contender(DEFAULT),
-        blpickle_contender("blpickle lz4-1", codec="lz4", clevel=1),
+        *(blpickle_contender(preset_name(name), preset=name) for name in blpickle.PRESETS),
         blpickle_contender("blpickle lz4-5", codec="lz4", clevel=5),
         blpickle_contender("blpickle blosclz-5", codec="blosclz", clevel=5),
-        blpickle_contender("blpickle zstd-1", codec="zstd", clevel=1),
         blpickle_contender("blpickle zstd-5", codec="zstd", clevel=5),
         blpickle_contender("blpickle zstd-1 bytedelta", codec="zstd", clevel=1, bytedelta=True),
-        blpickle_contender("blpickle raw", codec=None),
         Contender("pickle p5", _pickle_dump, _pickle_load, ".pkl"),
         Contender("np.save", _npy_dump, np.load, ".npy", arrays_only=True),
         Contender("np.savez_compressed", _npz_dump, _npz_load, ".npz", arrays_only=True, slow=True),

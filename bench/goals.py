@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-from .contenders import DEFAULT
+from blpickle import PRESETS
+
+from .contenders import DEFAULT, preset_name
 from .datasets import SIZES
 
-#: The contenders the goals compare blpickle's default with (``--quick`` runs only these).
+#: The contenders the goals compare blpickle's presets with (``--quick`` runs only these).
 REFERENCES = (
-    DEFAULT,
+    *(preset_name(name) for name in PRESETS),
     "pickle p5",
     "np.save",
     "joblib zlib-3",
@@ -152,4 +154,187 @@ def check(rows: list[dict], memory: list[dict]) -> list[Goal]:
                 _growth(rows, what),
             ),
         ]
+    return goals + check_pareto(arrays)
+
+
+#: The axes of the Pareto goals and how close a preset must come to a peer on each
+#: (the preset's figure over the peer's).
+PARETO_MARGINS = {"ratio": 0.99, "dump": 1.0, "load_hot": 0.95}
+
+
+def pareto(rows: list[dict]) -> list[dict]:
+    """For each peer (a contender that is not blpickle) on each array dataset and size: how
+    far it beats blpickle's default on all three axes at once (``dominance``: the least of its
+    ratio, dump and hot-load speed over the default's; above 1 it is better on all three),
+    and the preset that comes closest to covering it (``margin``: the least of the preset's
+    figures over the peer's, each divided by its `PARETO_MARGINS`; at least 1 covers it)."""
+    found = {(r["dataset"], r["size"], r["method"]): r for r in rows if r["size"] not in ("small", "graph")}
+    presets = {preset_name(name): name for name in PRESETS}
+    out = []
+    for (dataset, size, method), peer in found.items():
+        default = found.get((dataset, size, DEFAULT))
+        if method.startswith("blpickle") or default is None:
+            continue
+        entry: dict = {"dataset": dataset, "size": size, "peer": method, "preset": None, "margin": None}
+        entry["dominance"] = min(speed(peer, what) / speed(default, what) for what in PARETO_MARGINS)
+        for contender, name in presets.items():
+            ours = found.get((dataset, size, contender))
+            if ours is None:
+                continue
+            relative = {what: speed(ours, what) / speed(peer, what) for what in PARETO_MARGINS}
+            margin = min(relative[what] / least for what, least in PARETO_MARGINS.items())
+            if entry["margin"] is None or margin > entry["margin"]:
+                entry.update(preset=name, margin=margin, relative=relative)
+        out.append(entry)
+    return out
+
+
+def check_pareto(rows: list[dict]) -> list[Goal]:
+    """Issue 17's big-buffer goals: (a) no peer better than the default on dump, load and
+    ratio at once, on any dataset and size; (b) for each peer, on each, a preset with ratio
+    >= 0.99x, dump >= 1.0x and load >= 0.95x of the peer's."""
+    entries = pareto(rows)
+    worst: dict[str, dict] = {}
+    for entry in entries:
+        where = f"{entry['dataset']}/{entry['size']}"
+        if where not in worst or entry["dominance"] > worst[where]["dominance"]:
+            worst[where] = entry
+    goals = [
+        Goal(
+            "Pareto (a): no peer better than the default on dump, load and ratio at once (least of the three)",
+            "<=",
+            1,
+            {f"{where} {entry['peer']}": entry["dominance"] for where, entry in worst.items()},
+        )
+    ]
+    for peer in dict.fromkeys(entry["peer"] for entry in entries):
+        covered = {
+            f"{e['dataset']}/{e['size']} {e['preset']}": e["margin"]
+            for e in entries
+            if e["peer"] == peer and e["margin"] is not None
+        }
+        goals.append(Goal(f"Pareto (b): a preset as good as {peer} on all three (margin)", ">=", 1, covered))
     return goals
+
+
+def pareto_table(rows: list[dict]) -> list[tuple[str, ...]]:
+    """The Pareto entries as table lines: each peer, how it compares with the default, and
+    the best preset's figures over the peer's."""
+    lines: list[tuple[str, ...]] = [
+        ("dataset", "peer", "peer/default (least)", "best preset", "ratio", "dump", "load (hot)", "covers")
+    ]
+    for e in pareto(rows):
+        relative = e.get("relative", {})
+        lines.append(
+            (
+                f"{e['dataset']}/{e['size']}",
+                e["peer"],
+                f"{e['dominance']:.2f}x",
+                e["preset"] or "-",
+                *(f"{relative[what]:.2f}x" if what in relative else "-" for what in PARETO_MARGINS),
+                "-" if e["margin"] is None else "yes" if e["margin"] >= 1 else "no",
+            )
+        )
+    return lines
+
+
+#: Issue 17's goals for small objects: workload -> (op, least speed relative to pickle's).
+FIXED_COST_SPEEDS = {
+    ("tiny dict {'a': 1}", "round trip"): 1 / 4,
+    ("list of 1,000 ints", "round trip"): 0.8,
+    ("list of 100 small dicts", "round trip"): 0.8,
+    ("200 arrays of 800 bytes", "round trip"): 0.7,
+    ("forest (100 trees) via a path", "dump"): 0.8,
+    ("forest (100 trees) via a path", "load"): 0.8,
+}
+#: The most bytes a tiny record may have beyond pickle's.
+FIXED_COST_EXTRA_BYTES = 40
+
+
+def check_fixed(rows: list[dict]) -> list[Goal]:
+    """The fixed-cost goals on the rows of `bench.fixed_cost` (best samples)."""
+    found = {(r["workload"], r["op"]): r for r in rows}
+    goals = [
+        Goal(
+            f"{workload}: {op} >= {least:.2g}x pickle's speed",
+            ">=",
+            least,
+            {op: found[workload, op]["speed_best"]} if (workload, op) in found else {},
+        )
+        for (workload, op), least in FIXED_COST_SPEEDS.items()
+    ]
+    size = found.get(("tiny dict {'a': 1}", "size"))
+    goals.append(
+        Goal(
+            f"tiny dict: at most {FIXED_COST_EXTRA_BYTES} bytes over pickle's",
+            "<=",
+            FIXED_COST_EXTRA_BYTES,
+            {"extra": size["extra_bytes"]} if size else {},
+            " B",
+        )
+    )
+    return goals
+
+
+#: Issue 17's goals for small tasks: (workload, what) -> least speed relative to the default's.
+SMALL_TASK_SPEEDS = {
+    ("Pool.map (chunksize 1)", "small tasks"): 0.9,
+    ("ProcessPoolExecutor.map", "small tasks"): 0.9,
+    ("joblib.Parallel (loky)", "small tasks"): 0.9,
+    ("joblib.Memory", "hit, small results"): 0.9,
+    ("joblib.Memory", "miss, small results"): 0.9,
+    ("dask graph (+1 combining task)", "small results"): 0.9,
+}
+#: Big buffers between processes: least speed relative to the standard library's.
+BIG_TRANSFER_SPEEDS = {"compressible": 1.5, "random": 1 / 1.1}
+
+
+def check_processes(section: dict[str, list[dict]]) -> list[Goal]:
+    """The goals on the rows of `bench.small_tasks` (best samples): small tasks at least
+    0.9x the defaults' throughput, a big cached result still faster than joblib's store,
+    and big transfers keeping their gain (`bench.processes_bench`'s rows)."""
+    found = {(r["workload"], r["op"]): r for r in section["small"]}
+    goals = [
+        Goal(
+            f"{workload}, {what}: >= {least:.2g}x the default's speed",
+            ">=",
+            least,
+            {found[workload, what]["reference_name"]: found[workload, what]["speed_best"]}
+            if (workload, what) in found
+            else {},
+        )
+        for (workload, what), least in SMALL_TASK_SPEEDS.items()
+    ]
+    big_hits = {
+        f"{r['op']}": r["speed_best"] for r in section["small"] if r["op"].startswith("hit, ") and r["count"] == 1
+    }
+    goals.append(Goal("joblib.Memory, big result: hit faster than joblib's store", ">", 1, big_hits))
+    for data, least in BIG_TRANSFER_SPEEDS.items():
+        measured = {
+            f"{r['transport']} {r['nbytes'] // 10**6} MB {op.replace('_', ' ')}": r[f"speedup_{op}"]
+            for r in section["big"]
+            if r["data"] == data
+            for op in ("send", "round_trip")
+        }
+        goals.append(
+            Goal(f"big {data} buffers to a process: >= {least:.2g}x the stdlib's speed", ">=", least, measured)
+        )
+    return goals
+
+
+#: blpickle's load throughput over Blosc2's own on the same buffer with the same parameters.
+PIPELINE_LOAD_EFFICIENCY = 0.95
+
+
+def check_pipeline(rows: list[dict]) -> list[Goal]:
+    """The load pipeline's efficiency (best samples) on the rows of `bench.pipeline`; the
+    dump's is reported there without a goal."""
+    loads = {f"{r['workload']}": r["speed_best"] for r in rows if r["op"] == "load"}
+    return [
+        Goal(
+            f"load pipeline >= {PIPELINE_LOAD_EFFICIENCY:.2g}x Blosc2's own throughput, same parameters",
+            ">=",
+            PIPELINE_LOAD_EFFICIENCY,
+            loads,
+        )
+    ]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import gc
 import mmap
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _PROBE_SIZE = 4 << 20
@@ -30,6 +31,52 @@ def timed(run: Callable[[], Any]) -> tuple[float, Any]:
 def spread(runs: list[float]) -> dict:
     """``{"min", "median", "max", "runs"}`` of some timings, in seconds."""
     return {"min": min(runs), "median": statistics.median(runs), "max": max(runs), "runs": runs}
+
+
+def _loops(call: Callable[[], Any], seconds: float) -> int:
+    """How many calls make a sample of at least ``seconds``."""
+    number = 1
+    while True:
+        elapsed = timed(functools.partial(_repeat, call, number))[0]
+        if elapsed >= seconds or number >= 1 << 20:
+            return number
+        number *= max(2, min(10, int(seconds / max(elapsed, 1e-9)) + 1))
+
+
+def _repeat(call: Callable[[], Any], number: int) -> None:
+    for _ in range(number):
+        call()
+
+
+def interleaved(calls: Mapping[str, Callable[[], Any]], rounds: int, seconds: float) -> dict[str, dict]:
+    """Per-call seconds (`spread`) of each call, over rounds that run every call once as a
+    timed loop, each round starting with the next call."""
+    numbers = {label: _loops(call, seconds) for label, call in calls.items()}
+    runs: dict[str, list[float]] = {label: [] for label in calls}
+    labels = list(calls)
+    for round_ in range(rounds):
+        first = round_ % len(labels)
+        for label in labels[first:] + labels[:first]:
+            number = numbers[label]
+            runs[label].append(timed(functools.partial(_repeat, calls[label], number))[0] / number)
+    return {label: spread(times) for label, times in runs.items()}
+
+
+def compare(workload: str, op: str, times: dict[str, dict], reference: str, count: int = 1) -> dict:
+    """A row comparing ``times["blpickle"]`` with ``times[reference]`` (`spread` of samples
+    of ``count`` calls or tasks): both spreads, the reference's name, and blpickle's speed
+    relative to the reference's (its time over blpickle's) of the best and median samples."""
+    ours, theirs = times["blpickle"], times[reference]
+    return {
+        "workload": workload,
+        "op": op,
+        "count": count,
+        "reference_name": reference,
+        "blpickle": ours,
+        "reference": theirs,
+        "speed_best": theirs["min"] / ours["min"],
+        "speed_median": theirs["median"] / ours["median"],
+    }
 
 
 def fsync(path: str) -> None:

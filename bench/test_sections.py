@@ -1,0 +1,117 @@
+"""The sections of ``python -m bench`` run once, tiny, and their goals read what they produce.
+
+Run: ``pytest bench/test_sections.py`` (``pytest`` alone collects only ``tests/``). Nothing
+here asserts a timing: only that every row is measured and every goal finds its figures.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import blpickle
+
+from . import fixed_cost, goals, pipeline, processes_bench, section_tables, small_tasks, timing
+
+
+def test_fixed_cost_rows_feed_every_goal(tmp_path) -> None:
+    rows = fixed_cost.measure_memory(rounds=1, seconds=1e-4) + fixed_cost.measure_forest(1, 1e-4, str(tmp_path))
+    checked = goals.check_fixed(rows)
+    assert {goal.status for goal in checked} <= {"PASS", "FAIL"}, [g.summary for g in checked]
+    size = next(r for r in rows if r["op"] == "size")
+    assert size["reference"] == len(pickle.dumps({"a": 1}, protocol=5))
+    assert size["extra_bytes"] == size["blpickle"] - size["reference"]
+    for row in rows:
+        if row["op"] != "size":
+            assert row["speed_best"] > 0 and len(row["blpickle"]["runs"]) == 1
+
+
+def test_interleaved_times_each_call_per_round() -> None:
+    calls = {"a": lambda: None, "b": lambda: sum(range(10))}
+    times = timing.interleaved(calls, rounds=3, seconds=1e-4)
+    assert set(times) == {"a", "b"}
+    assert all(len(t["runs"]) == 3 and t["min"] <= t["median"] for t in times.values())
+
+
+def test_fixed_cost_goals_without_rows_are_not_measured() -> None:
+    assert {goal.status for goal in goals.check_fixed([])} == {"N/A"}
+
+
+@pytest.mark.parametrize("obj", [[1, 2], [np.arange(3.0)]])
+def test_same_value_compares_lists(obj) -> None:
+    assert fixed_cost.same_value(obj, list(obj))
+    assert not fixed_cost.same_value(obj, obj[:0])
+
+
+def test_small_task_rows_feed_every_goal() -> None:
+    pytest.importorskip("distributed")
+    rows = small_tasks.measure_multiprocessing(tasks=20, executor_tasks=10, rounds=1)
+    rows += small_tasks.measure_loky(tasks=20, rounds=1)
+    rows += small_tasks.measure_memory(cached_count=3, big_mb=1, rounds=1)
+    rows += small_tasks.measure_dask(tasks=5, rounds=1)
+    big = processes_bench.run_multiprocessing([10**6])
+    checked = goals.check_processes({"small": rows, "big": big})
+    assert {goal.status for goal in checked} <= {"PASS", "FAIL"}, [g.summary for g in checked]
+    assert all(row["speed_best"] > 0 and len(row["blpickle"]["runs"]) == 1 for row in rows)
+    assert [line[0] for line in small_tasks.table(rows)[1:]] == [row["workload"] for row in rows]
+
+
+def test_pipeline_uses_the_record_parameters_and_feeds_its_goal() -> None:
+    rows = pipeline.measure("medium", nbytes=8 << 20, rounds=1)
+    assert [row["op"] for row in rows] == ["dump", "load"]
+    parameters = rows[0]["parameters"]
+    assert parameters["chunksize"] > 0 and parameters["blocksize"] > 0
+    assert parameters["blpickle_ratio"] == pytest.approx(parameters["blosc2_ratio"], rel=0.02)
+    assert goals.check_pipeline(rows)[0].status in ("PASS", "FAIL")
+
+
+def test_first_chunk_is_not_found_in_a_raw_record() -> None:
+    record = blpickle.dumps(np.arange(1 << 20, dtype=np.int64), codec=None)
+    info = blpickle.inspect(record)
+    with pytest.raises(ValueError, match="no Blosc2 chunk"):
+        pipeline.first_chunk(record, info.buffers[0].nbytes, 1, 8)
+
+
+def test_pareto_finds_dominating_peers_and_covering_presets() -> None:
+    def row(method: str, dump: float, load: float, ratio: float) -> dict:
+        spread = {"min": 1.0, "median": 1.0}
+        return {
+            "dataset": "medium",
+            "size": "mid",
+            "method": method,
+            "nbytes": 1e6,
+            "ratio": ratio,
+            "dump": {**spread, "min": 1 / dump},
+            "load_hot": {**spread, "min": 1 / load},
+        }
+
+    rows = [
+        row("blpickle default", 100, 100, 1.1),
+        row("blpickle balanced", 90, 96, 1.2),
+        row("better peer", 101, 101, 1.2),
+        row("slow peer", 50, 90, 1.19),
+    ]
+    entries = {e["peer"]: e for e in goals.pareto(rows)}
+    assert entries["better peer"]["dominance"] == pytest.approx(1.01)
+    assert entries["slow peer"]["preset"] == "balanced"
+    assert entries["slow peer"]["margin"] == pytest.approx(min(1.2 / 1.19 / 0.99, 90 / 50, 96 / 90 / 0.95))
+    status = {g.text: g.status for g in goals.check_pareto(rows)}
+    assert [s for text, s in status.items() if text.startswith("Pareto (a)")] == ["FAIL"]
+    assert status["Pareto (b): a preset as good as slow peer on all three (margin)"] == "PASS"
+    assert status["Pareto (b): a preset as good as better peer on all three (margin)"] == "FAIL"
+
+
+def test_section_tables_render_every_section_and_its_goals() -> None:
+    fixed = fixed_cost.measure_memory(rounds=1, seconds=1e-4)
+    lines = pipeline.measure("low", nbytes=4_000_000, rounds=1)
+    doc = {
+        "fixed": fixed,
+        "pipeline": lines,
+        "goals": [g.to_dict() for g in goals.check_fixed(fixed) + goals.check_pipeline(lines) + goals.check([], [])],
+    }
+    text = section_tables.markdown(doc)
+    assert "| tiny dict {'a': 1} | size |" in text and "| low, 4 MB | load |" in text
+    assert "| load pipeline >= 0.95x Blosc2's own throughput, same parameters |" in text
+    assert "3x joblib lz4" not in text  # the study's goals stay in the study's report
