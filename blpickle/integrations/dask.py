@@ -29,9 +29,9 @@ decompressed in threads straight into the arrays.
 
 from __future__ import annotations
 
+import copyreg
 from typing import Any
 
-import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
 from distributed.protocol.serialize import register_serialization_family
 
@@ -81,25 +81,23 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
     """
     wire = _WIRE
     try:
-        graph, buffers = _wire.pickle_graph(obj, wire)
+        graph, buffers = _wire.pickle_graph(obj, wire, copyreg.dispatch_table, main_by_value=True)
     except Exception as exc:
         raise NotImplementedError(f"blpickle cannot pickle {type(obj).__name__}: {exc}") from exc
-    _wire.plan(buffers, wire)
+    _wire.plan_buffers(buffers, wire)
     # The graph is not ``bytes``: dask's TCP comm reads whatever follows the first non-bytes
     # frame into separate memory, and the raw buffers come after it.
     frames: list[Any] = [graph]
     compression: list[Any] = [None]
-    layout = []
     for buffer in buffers:
-        layout.append([buffer.nbytes, buffer.chunk_size])
         if not buffer.chunk_size:
             frames.append(buffer.view)
             compression.append(False)
             continue
-        chunks = list(_wire.compressed_chunks(buffer, wire.options))
+        chunks = list(_wire.compressed_chunks(buffer, wire.options.threads))
         frames.extend(chunks)
         compression.extend([False] * len(chunks))
-    header = {"blpickle": [_VERSION, layout], "compression": tuple(compression)}
+    header = {"blpickle": [_VERSION, _wire.layout(buffers)], "compression": tuple(compression)}
     return header, frames
 
 
@@ -111,30 +109,17 @@ def deserialize(header: dict, frames: list) -> Any:
     """
     try:
         version, layout = header["blpickle"]
+        layout = [(int(nbytes), int(chunk_size)) for nbytes, chunk_size in layout]
     except (KeyError, TypeError, ValueError):
         raise CorruptError("a dask message without a valid blpickle header") from None
     if version != _VERSION:
         raise CorruptError(
             f"a dask message of blpickle transfer version {version}; this blpickle reads version {_VERSION}"
         )
-    pending = iter(frames[1:])
-    buffers = []
-    try:
-        for nbytes, chunk_size in layout:
-            _wire.check_layout(nbytes, chunk_size)
-            if not chunk_size:
-                raw = next(pending)
-                if memoryview(raw).nbytes != nbytes:
-                    raise CorruptError(f"a raw buffer of {nbytes} bytes arrived as {memoryview(raw).nbytes} bytes")
-                buffers.append(raw)
-                continue
-            out = np.empty(nbytes, np.uint8)
-            nchunks = -(-nbytes // chunk_size)
-            _wire.decompress_into(out, chunk_size, [next(pending) for _ in range(nchunks)], _WIRE.options.threads)
-            buffers.append(out)
-    except StopIteration:
-        raise CorruptError("a dask message with fewer frames than its blpickle header lists") from None
-    return _wire.unpickle_graph(frames[0], buffers)
+    if not frames:
+        raise CorruptError("a dask message without frames")
+    received = _wire.FrameSequence(frames[1:], "a dask message")
+    return _wire.unpickle_graph(frames[0], _wire.receive_buffers(layout, received, _WIRE.options.threads))
 
 
 def register() -> None:
