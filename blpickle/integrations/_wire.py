@@ -16,7 +16,9 @@ stored, only sent to a peer running the same version of blpickle.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
+import functools
 import io
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -217,11 +219,22 @@ class _OutOfBand:
         return False
 
 
+@functools.cache
+def _cloudpickle_reducers() -> dict:
+    """cloudpickle's own reducers (its dispatch table without copyreg's, which hosts' tables
+    hold), as a dict: fast to merge."""
+    return {
+        cls: reducer
+        for cls, reducer in cloudpickle.Pickler.dispatch_table.items()
+        if copyreg.dispatch_table.get(cls) is not reducer
+    }
+
+
 class _CloudGraphPickler(cloudpickle.Pickler):
     """cloudpickle for what the C pickler cannot pickle, with the same reducers."""
 
     def __init__(self, file: Any, table: Mapping, buffer_callback: Any) -> None:
-        self.dispatch_table = {**cloudpickle.Pickler.dispatch_table, **table}  # read by __init__
+        self.dispatch_table = {**_cloudpickle_reducers(), **table}  # read by __init__
         super().__init__(file, protocol=5, buffer_callback=buffer_callback)
 
 
