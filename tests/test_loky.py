@@ -45,6 +45,25 @@ def test_pickler_writes_a_plain_pickle(compress):
         os.environ.pop(bl_loky.ENV_OPTIONS, None)
 
 
+def test_an_object_without_big_buffers_is_its_own_plain_pickle():
+    obj = {"a": [1, 2.5], "small": np.arange(10), "f": inspect_argument}
+    out = io.BytesIO()
+    bl_loky.Pickler(out).dump(obj)
+    assert b"_open" not in out.getvalue()  # no envelope
+    loaded = pickle.loads(out.getvalue())
+    assert loaded["a"] == [1, 2.5] and loaded["f"] is inspect_argument
+    assert_same_array(obj["small"], loaded["small"])
+
+
+def test_lambdas_fall_back_to_cloudpickle():
+    out = io.BytesIO()
+    offset = 3
+    bl_loky.Pickler(out).dump([lambda x: x + offset, np.arange(200_000)])
+    loaded = pickle.loads(out.getvalue())
+    assert loaded[0](1) == 4
+    assert_same_array(np.arange(200_000), loaded[1])
+
+
 def test_one_pickler_dumps_several_objects():
     out = io.BytesIO()
     pickler = bl_loky.Pickler(out)

@@ -17,14 +17,15 @@ it gathers (workers answer with the client's ``deserializers``) and, with the pl
 dask (``ToPickle``), as before.
 
 An object becomes ``[graph, frames of buffer 0, frames of buffer 1, ...]``: ``graph`` is a
-protocol-5 pickle; a buffer is one zero-copy frame (a memoryview of the array) when a sample
-shows it does not compress, else one frame per compressed Blosc2 chunk. The header lists the
-buffers' sizes and chunk sizes and marks every buffer frame ``compression=False``: dask
-neither compresses them again nor splits them into shards. dask's TCP comm then reads each raw
-buffer into (aligned) memory of its own, which the array is rebuilt around without a copy; a
-buffer split into shards read into separate pieces would have to be copied back together, and
-one read into the same memory as the headers could be misaligned. Compressed chunks are
-decompressed in threads straight into the arrays.
+protocol-5 pickle (by the C pickler, or cloudpickle where it cannot and for what names
+``__main__``, as dask's own pickle family does); a buffer is one zero-copy frame (a
+memoryview of the array) when a sample shows it does not compress, else one frame per
+compressed Blosc2 chunk. The header lists the buffers' sizes and chunk sizes and marks every
+buffer frame ``compression=False``: dask neither compresses them again nor splits them into
+shards. dask's TCP comm then reads each raw buffer into (aligned) memory of its own, which the
+array is rebuilt around without a copy; a buffer split into shards read into separate pieces
+would have to be copied back together, and one read into the same memory as the headers could
+be misaligned. Compressed chunks are decompressed in threads straight into the arrays.
 """
 
 from __future__ import annotations

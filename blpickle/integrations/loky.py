@@ -11,12 +11,14 @@ vendors (and of a standalone ``loky`` if installed); loky hands the name to ever
 each task, so workers pickle their results with blpickle too.
 
 What changes. loky writes each message as one pickle that the other side reads with plain
-``pickle.loads``; this module's `Pickler` writes such a pickle too, but inside it the
-object graph is a protocol-5 pickle whose big buffers follow on their own, each one either raw
-(written from the array's memory, received as a writable ``bytearray`` the array is rebuilt
-around: no further copy) or as Blosc2 chunks when a sample shows that compression pays.
-joblib's default pickles a result array twice (a nested ``pickle.dumps`` inside loky's
-cloudpickle) and receives it through two more copies.
+``pickle.loads``; this module's `Pickler` writes such a pickle too. An object with no big
+buffer is pickled by the C pickler with loky's reducers (cloudpickle where it cannot, and for
+what names ``__main__``, as loky's default does): that pickle is the message. Otherwise the
+message is an envelope: inside it the object is a protocol-5 pickle whose big buffers follow
+on their own, each one either raw (written from the array's memory, received as a writable
+``bytearray`` the array is rebuilt around: no further copy) or as Blosc2 chunks when a sample
+shows that compression pays. joblib's default pickles a result array twice (a nested
+``pickle.dumps`` inside loky's cloudpickle) and receives it through two more copies.
 
 What stays. joblib's auto-memmapping: arrays over ``max_nbytes`` (default 1 MB) sent to
 workers are still dumped once to a shared temporary file and memory-mapped by the workers (so

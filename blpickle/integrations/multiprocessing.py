@@ -9,23 +9,28 @@ with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as ex: ...
 q = ctx.Queue(); r, w = ctx.Pipe()
 ```
 
-Objects then travel as a small cloudpickle (protocol 5, so lambdas and functions defined in
-``__main__`` travel too) followed by each big buffer on its own: a raw buffer goes from the
-array's memory straight into the pipe (``os.writev``) and is read straight into the memory of
-the received array (``os.readv``), with no pickle-sized byte string on either side; a buffer
-that a sample shows to be compressible goes as Blosc2 chunks, compressed in threads while
-earlier chunks are written, decompressed in threads while later ones are read. Received arrays
-are writable. Each part is one ``Connection`` message (the standard length prefix), so a plain
-pickle sent by the standard library can still be received.
+Objects then travel as a protocol-5 pickle, written by the C pickler with multiprocessing's
+reducers, or by cloudpickle where it cannot (lambdas, closures; under spawn and forkserver
+also what names ``__main__``, which those children may not define). An object with no big
+buffer is one standard message holding that pickle: what the standard library sends, at its
+cost. Otherwise the message holds a head and the pickle, and each big buffer follows: a raw
+buffer goes from the array's memory straight into the pipe (``os.writev``) and is read
+straight into the memory of the received array (``os.readv``), with no pickle-sized byte
+string on either side; a buffer that a sample shows to be compressible goes as Blosc2
+chunks, compressed in threads while earlier chunks are written, decompressed in threads while
+later ones are read. Received arrays are writable. A plain pickle sent by the standard library
+can still be received.
 
 Why a context rather than ``ctx.reducer = ...``: ``multiprocessing`` binds its pickler into
 ``connection`` and ``queues`` when they are imported, and pickles everything into one bytes
 object before writing it. A `BlpickleContext` instead hands out its own
 `Connection` (``send``/``recv`` overridden), and queues built on it; nothing global
 changes.
-``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from the standard
-``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in place when
-the executor passes it to its first worker, so arguments travel with blpickle too.
+The queues keep the standard ``put``/``get`` and feeder thread, on a pipe of blpickle
+connections. ``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from
+the standard ``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in
+place when the executor passes it to its first worker, so arguments travel with blpickle too.
+The private names of multiprocessing this takes are in `._host_internals`.
 
 Unix only (``os.writev``/``os.readv`` on the pipe's file descriptor).
 """
@@ -434,9 +439,9 @@ def _upgrade_call_queue(queue: Any, ctx: BlpickleContext) -> None:
 
 
 class _CloudTarget:
-    """Spawned and forkserver children get their target and arguments through cloudpickle,
-    so a lambda or a function defined in ``__main__`` can be a ``Process`` target or a pool
-    initializer, as with loky."""
+    """Spawned and forkserver children get their target and arguments through cloudpickle
+    (once per process), so a lambda or a function defined in ``__main__`` can be a
+    ``Process`` target or a pool initializer, as with loky."""
 
     _target: Any
     _args: Any
