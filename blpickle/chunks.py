@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import blosc2
+import blosc2  # type: ignore[import-untyped]  # blosc2 ships no type information
 
 from . import format as fmt
 from .errors import ChecksumError, CorruptError, DumpError

@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args
 
 from .errors import OptionsError
 
-__all__ = ["PRESETS", "Codec", "Options", "PicklerKind", "Shuffle", "resolve_options"]
+__all__ = ["PRESETS", "Codec", "Options", "PicklerKind", "Shuffle", "check_key", "resolve_options"]
 
 Codec = Literal["auto", "zstd", "lz4", "lz4hc", "blosclz", "zlib"]
 Shuffle = Literal["shuffle", "bitshuffle", "noshuffle"]
@@ -154,3 +154,14 @@ def resolve_options(preset: str | Options | None = None, **overrides: Any) -> Op
     else:
         raise OptionsError(f"preset must be an Options or one of {', '.join(PRESETS)}, not {preset!r}")
     return base.replace(**overrides) if overrides else base
+
+
+def check_key(key: Any) -> bytes | None:
+    """Return a signing key as bytes (None stays None).
+
+    Raises:
+        OptionsError: for anything but a non-empty bytes-like key.
+    """
+    if key is not None and (not isinstance(key, (bytes, bytearray)) or not key):
+        raise OptionsError("key must be a non-empty bytes object")
+    return None if key is None else bytes(key)

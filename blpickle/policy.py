@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import blosc2
+import blosc2  # type: ignore[import-untyped]  # blosc2 ships no type information
 
 from .buffers import spread_sample
 from .chunks import compress_chunk
@@ -28,11 +28,13 @@ __all__ = [
     "blosc2_cparams",
     "choose_codec",
     "chunk_size_for",
+    "fits_compact",
     "pick_filters",
     "pick_typesize",
     "plan_buffer",
     "plan_graph",
     "plan_raw",
+    "plan_stream_chunk",
     "plan_transfer",
 ]
 
@@ -63,7 +65,7 @@ GRAPH_CODEC = "zstd"
 #: in the compact kind (docs/format.md): the pickle stored as is, with no header to encode
 #: and nothing to compress. No larger than `GRAPH_CHUNK_SIZE`, so that the pickler has not
 #: started compressing the pickle when it finds the record compact.
-COMPACT_LIMIT = 64 << 10
+COMPACT_LIMIT = GRAPH_CHUNK_SIZE
 
 #: joblib's ``"blosc"`` stream: element sizes tried for the shuffle filter on a sample of each
 #: chunk (16: complex128), ...
@@ -175,6 +177,13 @@ def choose_codec(options: Options, sample: Any, typesize: int) -> str:
         return "zstd"
     sizes = {codec: len(compress_chunk(sample, blosc2_cparams(options, typesize, codec))) for codec in ("lz4", "zstd")}
     return "zstd" if sizes["zstd"] <= AUTO_ZSTD_GAIN * sizes["lz4"] else "lz4"
+
+
+def fits_compact(pickle_nbytes: int, nbuffers: int, external: Sequence[int], key: bytes | None) -> bool:
+    """Whether a pickle of ``pickle_nbytes`` with ``nbuffers`` out-of-band buffers (and
+    splices) and the ``external`` ones of the caller is written as a compact record: an
+    unsigned one (no ``key``), with no buffer of any kind and a pickle under `COMPACT_LIMIT`."""
+    return key is None and not nbuffers and not external and pickle_nbytes < COMPACT_LIMIT
 
 
 def plan_raw(nbytes: int, typesize: int = 1) -> ChunkPlan:

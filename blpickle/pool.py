@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-import blosc2
+import blosc2  # type: ignore[import-untyped]  # blosc2 ships no type information
 
 __all__ = ["map_ordered", "shared_pool"]
 
