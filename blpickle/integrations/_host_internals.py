@@ -41,7 +41,7 @@ __all__ = [
 
 def joblib_store_classes() -> tuple[type, type[Warning]]:
     """Return joblib's ``(FileSystemStoreBackend, CacheWarning)``."""
-    from joblib._store_backends import CacheWarning, FileSystemStoreBackend
+    from joblib._store_backends import CacheWarning, FileSystemStoreBackend  # type: ignore[import-untyped]  # joblib ships no type information
 
     return FileSystemStoreBackend, CacheWarning
 
