@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import io
 import pickle
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pickle import PickleBuffer
 from typing import Any, Protocol, cast
@@ -56,6 +57,8 @@ TRANSFER_DEFAULTS = Options(codec="lz4", clevel=5, chunk_size=4 * MiB, pickler="
 #: Blosc2 adds at most this many bytes to a chunk.
 _BLOSC2_MAX_OVERHEAD = 32
 _COMPRESS_CHOICES = ("auto", True, False)
+#: What a pickle that refers to ``__main__`` holds (searched without copying the pickle).
+_MAIN = re.compile(re.escape(b"__main__"))
 #: The largest buffer and chunk a peer may announce.
 _MAX_NBYTES = 1 << 62
 _MAX_CHUNK_SIZE = 1 << 31
@@ -268,7 +271,7 @@ def pickle_graph(
     pickler.dispatch_table = _with_arrays(table, arrays.reduce_array, wrap_arrays)
     try:
         pickler.dump(obj)
-        if not (main_by_value and b"__main__" in file.getvalue()):
+        if not (main_by_value and _MAIN.search(file.getbuffer())):
             return file.getbuffer(), arrays.buffers
     except Exception:
         if wire.options.pickler != "cloudpickle":
