@@ -88,7 +88,9 @@ if sys.platform == "win32":  # pragma: no cover - the pipes here are Unix file d
 
 @functools.cache
 def _forking_reducers() -> dict[Any, Any]:
-    """The reducers multiprocessing's pickler adds to copyreg's (connections, sockets, ...)."""
+    """The reducers multiprocessing's pickler adds to copyreg's (connections, sockets, ...),
+    read once, at the first message: register reducers with ``ForkingPickler.register``
+    before sending (copyreg's are read at each message)."""
     table = _reduction.ForkingPickler(io.BytesIO()).dispatch_table
     return {cls: reducer for cls, reducer in table.items() if copyreg.dispatch_table.get(cls) is not reducer}
 
