@@ -53,7 +53,9 @@ FLAG_SIGNED = 1
 FLAG_COMPACT = 2
 #: The bytes a compact record adds to its pickle: the preamble and the checksum.
 COMPACT_OVERHEAD = 16 + 8
-_KIND_FLAGS = FLAG_SIGNED | FLAG_COMPACT
+#: The preamble of every compact record up to its size field.
+_COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, COMPACT_MINOR, FLAG_COMPACT)
+_U32 = struct.Struct("<I")
 
 #: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
 ALIGNMENT = 64
@@ -148,23 +150,21 @@ def check_header_size(header_size: int) -> None:
 def encode_compact(pickle: Any) -> bytes:
     """Return the compact record of a pickle: preamble (version 1.1, flag compact, the
     pickle's size), the pickle, then XXH3-64 of both (seed 0)."""
-    head = PREAMBLE.pack(MAGIC, VERSION_MAJOR, COMPACT_MINOR, FLAG_COMPACT, len(pickle)) + pickle
+    head = _COMPACT_PREFIX + _U32.pack(len(pickle)) + pickle
     return head + U64.pack(xxhash.xxh3_64_intdigest(head))
 
 
 def checked_compact_pickle(data: Any) -> Any:
     """Return the pickle (bytes-like) of the compact record ``data`` holds from its start,
-    once its magic, major version, flags and checksum are right; None for anything else (a
-    full record, damaged input, plain pickle data), which the record reader reports in full."""
+    once its preamble is the one blpickle writes (1.1, flags compact only) and its checksum is
+    right; None for anything else (a full record, damaged input, plain pickle data), which the
+    record reader reads or reports in full."""
     if type(data) is not bytes:
         data = memoryview(data).cast("B")
-    if len(data) < COMPACT_OVERHEAD:
+    if data[: len(_COMPACT_PREFIX)] != _COMPACT_PREFIX or len(data) < COMPACT_OVERHEAD:
         return None
-    magic, major, _, flags, size = PREAMBLE.unpack_from(data)
-    end = PREAMBLE.size + size
-    if magic != MAGIC or major != VERSION_MAJOR or flags & _KIND_FLAGS != FLAG_COMPACT or len(data) < end + U64.size:
-        return None
-    if xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]:
+    end = PREAMBLE.size + _U32.unpack_from(data, len(_COMPACT_PREFIX))[0]
+    if len(data) < end + U64.size or xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]:
         return None
     return data[PREAMBLE.size : end]
 

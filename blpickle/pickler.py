@@ -405,7 +405,8 @@ def _dumps_default(obj: Any) -> bytes:
     """`dumps` with the default arguments, with a pickler kept from call to call: a compact
     record then costs a pickling and a checksum. A pickler is taken while in use, so that a
     ``dumps`` nested in a reducer makes its own; one that failed is not kept."""
-    pickler = _IDLE.__dict__.pop("pickler", None)
+    idle = _IDLE.__dict__
+    pickler = idle.pop("pickler", None)
     if pickler is None or pickler.options is not PRESETS["default"]:
         pickler = Pickler(io.BytesIO())
     try:
@@ -417,7 +418,7 @@ def _dumps_default(obj: Any) -> bytes:
             record = out.getvalue()
     finally:
         pickler._reset()
-    _IDLE.pickler = pickler
+    idle["pickler"] = pickler
     return record
 
 

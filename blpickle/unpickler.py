@@ -30,7 +30,7 @@ from .errors import (
 )
 from .files import expand, naming_errors
 from .layout import PickleFile, open_pickle
-from .options import Options, check_key
+from .options import Options, available_threads, check_key
 from .reader import RecordReader
 from .restricted import RestrictedUnpickler
 from .safe import Policy
@@ -115,7 +115,7 @@ class Unpickler(pickle.Unpickler):
         self._file = file
         self._buffers = buffers
         self._mmap_mode = mmap_mode
-        self._nthreads = Options(nthreads=nthreads).threads
+        self._nthreads = available_threads() if nthreads is None else Options(nthreads=nthreads).threads
         allowed = tuple(allowed)
         self._policy = Policy(allowed) if safe or allowed else None
         self._key = check_key(key)
@@ -176,7 +176,8 @@ class Unpickler(pickle.Unpickler):
     def _load_from(self, source: Source, magic: bytes) -> Any:
         reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
         header = reader.header
-        graph = open_pickle(reader)
+        # a compact record has no splice: its pickle is read as it is, with no layout to follow
+        graph = io.BytesIO(reader.read_compact_pickle()) if reader.compact else open_pickle(reader)
         buffers: Iterable[Any] = reader.buffers()
         if header.external:
             if self._buffers is None:

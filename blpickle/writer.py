@@ -148,9 +148,7 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
         plan = graph.plan
     nbytes = payloads[0].nbytes
     plans.append(plan)
-    infos.append(
-        fmt.StreamInfo(nbytes, max(nbytes, 1) if plan.raw else plan.chunk_size, raw=plan.raw, codec=plan.codec)
-    )
+    infos.append(fmt.StreamInfo(nbytes, plan.chunk_size, raw=plan.raw, codec=plan.codec))
     for payload, splice in pickled.buffers:
         plan = plan_buffer(options, payload.nbytes, payload.itemsize, payload.sample, payload.chunk_multiple)
         payloads.append(payload)
