@@ -178,10 +178,12 @@ class Buffer:
 class _OutOfBand:
     """Reduces the numpy arrays of one pickling and collects its out-of-band buffers."""
 
+    __slots__ = ("_inband_size", "_readonly", "buffers")
+
     def __init__(self, inband_size: int) -> None:
         self.buffers: list[Buffer] = []
         self._inband_size = inband_size
-        self._readonly: dict[int, tuple[PickleBuffer, Buffer]] = {}
+        self._readonly: dict[int, tuple[PickleBuffer, Buffer]] = {}  # placeholder id -> buffer
 
     def reduce_array(self, array: np.ndarray) -> Any:
         """The dispatch-table reducer of numpy arrays: `blpickle.arrays.reduce_ndarray` around
