@@ -20,6 +20,7 @@ import pytest
 from conftest import assert_same_array
 
 import blpickle
+from blpickle.integrations import _mp_connection as mp_connection
 from blpickle.integrations import _wire
 from blpickle.integrations import multiprocessing as bmp
 
@@ -116,9 +117,9 @@ def test_an_object_with_big_buffers_has_a_head_and_its_buffers_follow():
     noise = RNG.random(100_000)  # incompressible: it follows raw
     thread = send_in_thread(writer, {"big": noise})
     first = reader.recv_bytes()
-    assert first.startswith(bmp._MAGIC)
+    assert first.startswith(mp_connection.MAGIC)
     with pytest.raises(pickle.UnpicklingError):
-        pickle.loads(first[bmp._HEAD.size + bmp._DESC.size :])  # the graph needs its buffer
+        pickle.loads(first[mp_connection.HEAD.size + mp_connection.DESC.size :])  # the graph needs its buffer
     raw = bytearray()
     while len(raw) < noise.nbytes:
         raw += os.read(reader.fileno(), noise.nbytes - len(raw))

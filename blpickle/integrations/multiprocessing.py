@@ -37,26 +37,15 @@ Unix only (``os.writev``/``os.readv`` on the pipe's file descriptor).
 
 from __future__ import annotations
 
-import copyreg
-import functools
-import io
 import multiprocessing
-import os
 import pickle
-import socket
-import struct
-import sys
 import threading
-from multiprocessing import connection as _connection
 from multiprocessing import context as _context
 from multiprocessing import queues as _queues
-from multiprocessing import reduction as _reduction
-from typing import Any, TypeVar, cast
+from typing import Any
 
-import numpy as np
-
-from ..errors import CorruptError
 from . import _host_internals, _wire
+from ._mp_connection import MAGIC, Connection, Message, Pipe, dispatch_table, make_pipe
 from ._wire import WireOptions, wire_options
 
 __all__ = [
@@ -71,225 +60,6 @@ __all__ = [
     "install",
     "uninstall",
 ]
-
-_MAGIC = b"\xb1BLW"
-_VERSION = 2
-_HEAD = struct.Struct("<4sBBHI")  # magic, version, flags, reserved, number of buffers
-_DESC = struct.Struct("<QQ")  # nbytes, chunk size (0: raw)
-_CHUNK = struct.Struct("<Q")  # the size of a compressed chunk, before it
-_IOV_MAX = 1024
-
-if sys.platform == "win32":  # pragma: no cover - the pipes here are Unix file descriptors
-    raise ImportError("blpickle.integrations.multiprocessing needs Unix pipes (os.writev/os.readv)")
-
-
-# --- the connection --------------------------------------------------------------------------
-
-
-@functools.cache
-def _forking_reducers() -> dict[Any, Any]:
-    """The reducers multiprocessing's pickler adds to copyreg's (connections, sockets, ...),
-    read once, at the first message: register reducers with ``ForkingPickler.register``
-    before sending (copyreg's are read at each message)."""
-    table = _reduction.ForkingPickler(io.BytesIO()).dispatch_table
-    return {cls: reducer for cls, reducer in table.items() if copyreg.dispatch_table.get(cls) is not reducer}
-
-
-def _dispatch_table() -> dict[Any, Any]:
-    """The reducers of a message: copyreg's (as they are now) and multiprocessing's."""
-    return {**copyreg.dispatch_table, **_forking_reducers()}
-
-
-class _Message:
-    """An encoded object: the first message (a plain pickle, or head and pickle) and the
-    planned out-of-band buffers."""
-
-    __slots__ = ("buffers", "first")
-
-    def __init__(self, first: Any, buffers: list[_wire.Buffer]) -> None:
-        self.first = first
-        self.buffers = buffers
-
-
-def _write_all(fd: int, parts: list[Any]) -> None:
-    """Write every part with as few ``writev`` calls as the kernel allows."""
-    views = [memoryview(part).cast("B") for part in parts]
-    views = [view for view in views if view.nbytes]
-    while views:
-        written = os.writev(fd, views[:_IOV_MAX])
-        while written:
-            first = views[0]
-            if written >= first.nbytes:
-                written -= first.nbytes
-                views.pop(0)
-            else:
-                views[0] = first[written:]
-                written = 0
-
-
-def _read_exact(fd: int, view: memoryview) -> None:
-    """Fill ``view`` from ``fd``."""
-    done, size = 0, view.nbytes
-    while done < size:
-        count = os.readv(fd, [view[done:]])
-        if not count:
-            raise OSError("got end of file during message")
-        done += count
-
-
-class _PipeFrames:
-    """The `_wire.Frames` that follow a message's first part on a pipe, read as needed:
-    raw buffers straight into the memory of their arrays."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def raw(self, nbytes: int) -> np.ndarray:
-        out = np.empty(nbytes, np.uint8)
-        _read_exact(self._fd, memoryview(cast(Any, out)))
-        return out
-
-    def chunk(self, limit: int) -> np.ndarray:
-        prefix = bytearray(_CHUNK.size)
-        _read_exact(self._fd, memoryview(prefix))
-        (size,) = _CHUNK.unpack(prefix)
-        if size > limit:
-            raise CorruptError(f"a compressed chunk of {size} bytes, at most {limit} expected")
-        packed = np.empty(size, np.uint8)
-        _read_exact(self._fd, memoryview(cast(Any, packed)))
-        return packed
-
-
-class Connection(_connection.Connection):
-    """A multiprocessing ``Connection`` whose ``send``/``recv`` move objects with blpickle.
-
-    An object with no big buffer is one standard message holding its pickle (what
-    ``multiprocessing`` itself sends); otherwise the message holds a head listing the buffers
-    and the pickle, and the buffers follow, raw or in compressed chunks. ``send_bytes``,
-    ``recv_bytes``, ``recv_bytes_into`` and ``poll`` are unchanged. Pickled to a child
-    process (or through a queue), it stays a blpickle connection with the same options.
-
-    Args:
-        handle: the file descriptor.
-        options: a `WireOptions` (see `get_context`).
-        main_by_value: send functions and classes of ``__main__`` by value (a spawned or
-            forkserver child does not have those defined under ``if __name__ == ...``).
-    """
-
-    def __init__(
-        self,
-        handle: int,
-        readable: bool = True,
-        writable: bool = True,
-        *,
-        options: WireOptions | None = None,
-        main_by_value: bool = False,
-    ) -> None:
-        super().__init__(handle, readable, writable)
-        self._wire = options if options is not None else WireOptions()
-        self._main_by_value = main_by_value
-
-    @property
-    def options(self) -> WireOptions:
-        """The `WireOptions` of this connection."""
-        return self._wire
-
-    def send(self, obj: Any) -> None:
-        """Send a picklable object (lambdas and ``__main__`` functions included)."""
-        self._transmit(self._encode(obj))
-
-    def recv(self) -> Any:
-        """Receive an object sent by `send` (or a plain multiprocessing message)."""
-        return self._decode(self.recv_bytes())
-
-    def _encode(self, obj: Any) -> _Message:
-        """Pickle ``obj`` and decide how each buffer travels; nothing is written yet, so a
-        pickling error leaves the connection usable."""
-        graph, buffers = _wire.pickle_graph(obj, self._wire, _dispatch_table(), main_by_value=self._main_by_value)
-        if not buffers:
-            return _Message(graph, buffers)
-        _wire.plan_buffers(buffers, self._wire)
-        head = [_HEAD.pack(_MAGIC, _VERSION, 0, 0, len(buffers))]
-        head.extend(_DESC.pack(nbytes, chunk_size) for nbytes, chunk_size in _wire.layout(buffers))
-        return _Message(b"".join([*head, graph]), buffers)
-
-    def _transmit(self, message: _Message) -> None:
-        _connection.Connection.send_bytes(self, message.first)  # not a queue pipe's override
-        if not message.buffers:
-            return
-        fd = self.fileno()
-        for buffer in message.buffers:
-            if not buffer.chunk_size:
-                _write_all(fd, [buffer.view])
-                continue
-            for packed in _wire.compressed_chunks(buffer, self._wire.options.threads):
-                _write_all(fd, [_CHUNK.pack(len(packed)), packed])
-
-    def _decode(self, first: bytes) -> Any:
-        """Return the object of a message whose first part is ``first``, receiving its
-        buffers."""
-        if first[: len(_MAGIC)] != _MAGIC:
-            return pickle.loads(first)  # a plain pickle: no buffer follows
-        if len(first) < _HEAD.size:
-            raise CorruptError(f"a blpickle message of {len(first)} bytes has no complete head")
-        _magic, version, _flags, _reserved, count = _HEAD.unpack_from(first)
-        if version != _VERSION:
-            raise CorruptError(
-                f"a message of blpickle transfer version {version}; this blpickle reads version {_VERSION}"
-            )
-        graph_start = _HEAD.size + count * _DESC.size
-        if graph_start > len(first):
-            raise CorruptError(f"a message announces {count} buffers in {len(first)} bytes")
-        layout = [_DESC.unpack_from(first, _HEAD.size + index * _DESC.size) for index in range(count)]
-        buffers = _wire.receive_buffers(layout, _PipeFrames(self.fileno()), self._wire.options.threads)
-        return _wire.unpickle_graph(memoryview(first)[graph_start:], buffers)
-
-    def __reduce__(self) -> Any:
-        """Pickled for a child process (with multiprocessing's pickler, as a process argument or
-        through a queue), the connection arrives as a duplicate of its file descriptor."""
-        return _rebuild_connection, (
-            type(self),
-            _reduction.DupFd(self.fileno()),
-            self.readable,
-            self.writable,
-            self._wire,
-            self._main_by_value,
-        )
-
-
-def _rebuild_connection(
-    cls: type[Connection], df: Any, readable: bool, writable: bool, options: WireOptions, main_by_value: bool
-) -> Connection:
-    return cls(df.detach(), readable, writable, options=options, main_by_value=main_by_value)
-
-
-def Pipe(
-    duplex: bool = True, *, options: WireOptions | None = None, main_by_value: bool = False
-) -> tuple[Connection, Connection]:
-    """Like ``multiprocessing.Pipe``, with blpickle connections."""
-    return _pipe(Connection, duplex, options, main_by_value)
-
-
-def _pipe(
-    cls: type[ConnectionT], duplex: bool, options: WireOptions | None, main_by_value: bool
-) -> tuple[ConnectionT, ConnectionT]:
-    if duplex:
-        left, right = socket.socketpair()
-        left.setblocking(True)
-        right.setblocking(True)
-        return (
-            cls(left.detach(), options=options, main_by_value=main_by_value),
-            cls(right.detach(), options=options, main_by_value=main_by_value),
-        )
-    read_fd, write_fd = os.pipe()
-    return (
-        cls(read_fd, writable=False, options=options, main_by_value=main_by_value),
-        cls(write_fd, readable=False, options=options, main_by_value=main_by_value),
-    )
-
-
-ConnectionT = TypeVar("ConnectionT", bound=Connection)
-
 
 # --- queues ----------------------------------------------------------------------------------
 
@@ -312,7 +82,7 @@ class _Parcel:
     def __init__(self, obj: Any, writer: Connection) -> None:
         self.obj = obj
         self.writer = writer
-        self.message: _Message | None = None
+        self.message: Message | None = None
 
     def __reduce__(self) -> Any:
         self.message = self.writer._encode(self.obj)
@@ -356,7 +126,7 @@ class _QueueConnection(Connection):
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
         first = super().recv_bytes(maxlength)
-        if first[: len(_MAGIC)] != _MAGIC:
+        if first[: len(MAGIC)] != MAGIC:
             return first
         _passing.received = self._decode(first)
         return _RECEIVED
@@ -367,8 +137,8 @@ class _QueueConnection(Connection):
 
 def _queue_pipe(ctx: Any) -> tuple[_QueueConnection, _QueueConnection]:
     if isinstance(ctx, BlpickleContext):
-        return _pipe(_QueueConnection, False, ctx.wire_options, ctx.main_by_value)
-    return _pipe(_QueueConnection, False, None, False)
+        return make_pipe(_QueueConnection, False, ctx.wire_options, ctx.main_by_value)
+    return make_pipe(_QueueConnection, False, None, False)
 
 
 class _ParcelPutter:
@@ -452,7 +222,7 @@ class _CloudTarget:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         call = (state.pop("_target", None), state.pop("_args", ()), state.pop("_kwargs", {}))
-        state["_blpickle_call"] = bytes(_wire.cloudpickle_in_band(call, _dispatch_table()))
+        state["_blpickle_call"] = bytes(_wire.cloudpickle_in_band(call, dispatch_table()))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
