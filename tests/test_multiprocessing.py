@@ -138,6 +138,15 @@ def test_read_only_arrays_arrive_writable_small_and_big():
     assert_same_array(big, got[1])
 
 
+def test_a_process_argument_pickled_in_band_keeps_read_only_arrays_whole():
+    small, big = np.arange(10), np.arange(200_000)
+    small.flags.writeable = big.flags.writeable = False
+    loaded = pickle.loads(_wire.cloudpickle_in_band((small, big, lambda: 1), {}))
+    assert_same_array(small, loaded[0])
+    assert_same_array(big, loaded[1])
+    assert loaded[2]() == 1
+
+
 def test_main_functions_go_by_value_only_when_asked(monkeypatch):
     """The C pickler saves a ``__main__`` function by reference; with ``main_by_value`` (spawn
     and forkserver contexts) cloudpickle saves it by value, so that a child without it gets it."""

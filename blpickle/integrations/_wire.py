@@ -178,11 +178,12 @@ class Buffer:
 class _OutOfBand:
     """Reduces the numpy arrays of one pickling and collects its out-of-band buffers."""
 
-    __slots__ = ("_inband_size", "_readonly", "buffers")
+    __slots__ = ("_inband_size", "_out_of_band", "_readonly", "buffers")
 
-    def __init__(self, inband_size: int) -> None:
+    def __init__(self, inband_size: int, out_of_band: bool = True) -> None:
         self.buffers: list[Buffer] = []
         self._inband_size = inband_size
+        self._out_of_band = out_of_band
         self._readonly: dict[int, tuple[PickleBuffer, Buffer]] = {}  # placeholder id -> buffer
 
     def reduce_array(self, array: np.ndarray) -> Any:
@@ -191,8 +192,9 @@ class _OutOfBand:
         datetimes) and the strides (strided views are copied once, here, not by pickle).
 
         The buffer's item size is the typesize its compression uses. A read-only array is
-        represented by an empty writable placeholder and always goes out of band, so that it
-        arrives writable, as arrays pickled by the standard library do."""
+        represented by an empty writable placeholder and always goes out of band (or, when
+        nothing goes out of band, is copied in band), so that it arrives writable, as arrays
+        pickled by the standard library do."""
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap and friends arrive as plain arrays
         dtype = array.dtype
@@ -204,8 +206,10 @@ class _OutOfBand:
         flat = array.reshape(-1, order="A").view(np.uint8)
         if flat.flags.writeable:
             return reduce_ndarray(array, PickleBuffer(cast(Any, flat.view(np.dtype((np.void, typesize))))))
+        if not self._out_of_band:
+            return reduce_ndarray(array, bytearray(cast(Any, flat)))
         placeholder = PickleBuffer(bytearray())
-        self._readonly[id(placeholder)] = (placeholder, Buffer(memoryview(flat), typesize))  # type: ignore[arg-type]
+        self._readonly[id(placeholder)] = (placeholder, Buffer(memoryview(cast(Any, flat)), typesize))
         return reduce_ndarray(array, placeholder)
 
     def take(self, buffer: PickleBuffer) -> bool:
@@ -300,7 +304,7 @@ def _cloudpickle(
     out_of_band: bool,
     wrap_arrays: Callable[[ArrayReducer], ArrayReducer] | None,
 ) -> tuple[memoryview, list[Buffer]]:
-    arrays = _OutOfBand(inband_size)
+    arrays = _OutOfBand(inband_size, out_of_band)
     file = io.BytesIO()
     callback = arrays.take if out_of_band else None
     _CloudGraphPickler(file, _with_arrays(table, arrays.reduce_array, wrap_arrays), callback).dump(obj)
