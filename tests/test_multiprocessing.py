@@ -223,6 +223,32 @@ def test_raw_bytes_methods_are_unchanged():
     assert reader.recv_bytes_into(buf) == 4 and buf[:4] == b"defg"
 
 
+@pytest.mark.parametrize(
+    ("head", "then", "message"),
+    [
+        (mp_connection.HEAD.pack(mp_connection.MAGIC, 99, 0, 0, 0), b"", "version 99"),
+        (mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1000), b"", "announces 1000 buffers"),
+        (mp_connection.MAGIC, b"", "no complete head"),
+        (
+            mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1) + mp_connection.DESC.pack(100, 64),
+            (10_000).to_bytes(8, "little"),
+            "a compressed chunk of 10000 bytes",
+        ),
+        (
+            mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1) + mp_connection.DESC.pack(100, 1 << 40),
+            b"",
+            "not a valid transfer",
+        ),
+    ],
+)
+def test_a_damaged_message_is_a_clear_error(head, then, message):
+    reader, writer = bmp.Pipe(duplex=False)
+    writer.send_bytes(head + pickle.dumps(None, protocol=5))
+    os.write(writer.fileno(), then)
+    with pytest.raises(blpickle.CorruptError, match=message):
+        reader.recv()
+
+
 def test_eof_when_the_peer_closes():
     reader, writer = bmp.Pipe(duplex=False)
     writer.close()
