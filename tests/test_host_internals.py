@@ -1,4 +1,5 @@
-"""The private names of joblib and concurrent.futures that blpickle relies on still hold.
+"""The private names of joblib, multiprocessing and concurrent.futures that blpickle relies on
+still hold.
 
 Each test fails by name when a joblib or Python release changes what
 ``blpickle/integrations/_host_internals.py`` assumes; the integration tests then fail too, but
@@ -11,6 +12,7 @@ import concurrent.futures
 import importlib
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.queues
 import os
 import threading
 
@@ -142,3 +144,20 @@ def test_pool_uses_the_pipe_ends_of_its_simple_queues():
 
     source = inspect.getsource(pool.Pool._setup_queues)
     assert "self._inqueue._writer.send" in source and "self._outqueue._reader.recv" in source
+
+
+def test_the_feeder_reports_a_pickling_error_to_the_queue_hook_with_the_object():
+    reported = []
+
+    class Hooked(multiprocessing.queues.Queue):
+        def _on_queue_feeder_error(self, e, obj):
+            reported.append((type(e), obj))
+
+    queue = Hooked(ctx=multiprocessing.get_context("fork"))
+    unpicklable = threading.Lock()
+    queue.put(unpicklable)
+    queue.put("after")
+    assert queue.get(timeout=60) == "after"
+    assert reported == [(TypeError, unpicklable)]
+    queue.close()
+    queue.join_thread()

@@ -1,4 +1,5 @@
-"""The private names of joblib and concurrent.futures that blpickle relies on: none has a public API.
+"""The private names of joblib, multiprocessing and concurrent.futures that blpickle relies on:
+none has a public API.
 
 blpickle reaches them through this module only, and ``tests/test_host_internals.py`` checks that
 each still holds, so that a joblib or Python release that changes one fails that test by name
@@ -13,7 +14,9 @@ rather than an integration at run time:
   before its first use.
 - The pipe of multiprocessing's queues: they build it themselves (``connection.Pipe``, not
   their context's), and ``multiprocessing.Pool`` reads and writes a ``SimpleQueue``'s pipe
-  ends directly, so a blpickle queue puts its own pipe in their place.
+  ends directly, so a blpickle queue puts its own pipe in their place. (Its queues also
+  override ``Queue._on_queue_feeder_error``, the hook the standard library keeps for
+  ``concurrent.futures``; the test checks the feeder calls it with the object.)
 
 joblib is imported by the functions that need it, not by this module.
 """
