@@ -186,7 +186,7 @@ class Connection(_connection.Connection):
     def _decode(self, first: bytes) -> Any:
         """Return the object of a message whose first part is ``first``, receiving its
         buffers."""
-        if first[: len(MAGIC)] != MAGIC:
+        if not first.startswith(MAGIC):
             return pickle.loads(first)  # a plain pickle: no buffer follows
         if len(first) < HEAD.size:
             raise CorruptError(f"a blpickle message of {len(first)} bytes has no complete head")

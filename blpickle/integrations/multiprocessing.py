@@ -126,7 +126,7 @@ class _QueueConnection(Connection):
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
         first = super().recv_bytes(maxlength)
-        if first[: len(MAGIC)] != MAGIC:
+        if not first.startswith(MAGIC):
             return first
         _passing.received = self._decode(first)
         return _RECEIVED
