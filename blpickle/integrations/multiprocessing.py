@@ -37,6 +37,7 @@ Unix only (``os.writev``/``os.readv`` on the pipe's file descriptor).
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import pickle
 import threading
@@ -45,7 +46,7 @@ from multiprocessing import queues as _queues
 from typing import Any
 
 from . import _host_internals, _wire
-from ._mp_connection import MAGIC, Connection, Message, Pipe, dispatch_table, make_pipe
+from ._mp_connection import MAGIC, Connection, Pipe, dispatch_table, make_pipe
 from ._wire import WireOptions, wire_options
 
 __all__ = [
@@ -63,36 +64,17 @@ __all__ = [
 
 # --- queues ----------------------------------------------------------------------------------
 
-#: The parcel being sent by this thread (see `_Parcel`) and the object it received last.
+#: The object this thread received last (see `_QueueConnection.recv_bytes`).
 _passing = threading.local()
 
 
-class _Parcel:
-    """What a blpickle queue puts in the standard queue machinery in place of an object.
+class _Unpicklable(Exception):
+    """Raised in a queue's feeder thread for an object blpickle could not pickle (the cause);
+    the queue reports that error with the object to its feeder-error hook."""
 
-    The standard queues pickle what they send with ``ForkingPickler`` and hand the bytes to
-    their pipe's ``send_bytes``. Pickling a parcel encodes its object with blpickle (so that
-    an error is reported as the standard queues report pickling errors) and pickles to
-    nothing, noting itself as what this thread sends next: the pipe's
-    `_QueueConnection.send_bytes` then transmits that message instead.
-    """
-
-    __slots__ = ("message", "obj", "writer")
-
-    def __init__(self, obj: Any, writer: Connection) -> None:
+    def __init__(self, obj: Any) -> None:
+        super().__init__("could not pickle a queued object")
         self.obj = obj
-        self.writer = writer
-        self.message: Message | None = None
-
-    def __reduce__(self) -> Any:
-        self.message = self.writer._encode(self.obj)
-        _passing.parcel = self
-        return type(None), ()
-
-
-def _unwrap(obj: Any) -> Any:
-    """The object of a parcel (what a queue's feeder-error hook should see)."""
-    return obj.obj if isinstance(obj, _Parcel) else obj
 
 
 def _take_received() -> Any:
@@ -111,18 +93,39 @@ _RECEIVED = pickle.dumps(_Received(), protocol=5)
 
 
 class _QueueConnection(Connection):
-    """The pipe of a blpickle queue: the standard queue code sends with ``send_bytes`` what
-    ``ForkingPickler`` made of a `_Parcel` (its object is sent with blpickle instead), and
-    loads with ``pickle.loads`` what ``recv_bytes`` returns: the pickle of a message without
-    buffers, or `_RECEIVED` that gives the object this thread just received."""
+    """The pipe of a blpickle queue. The standard queue code puts a token (a small int) in
+    place of each object, pickles it with ``ForkingPickler`` and sends the bytes with
+    ``send_bytes``: here the token's object is sent with blpickle instead. It loads with
+    ``pickle.loads`` what ``recv_bytes`` returns: the pickle of a message without buffers,
+    or `_RECEIVED`, which gives the object this thread just received with its buffers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._parked: dict[int, Any] = {}
+        self._tokens = itertools.count()
+
+    def park(self, obj: Any) -> int:
+        """Keep ``obj`` until its token is sent; return the token."""
+        token = next(self._tokens)
+        self._parked[token] = obj
+        return token
+
+    def unpark(self, token: int) -> None:
+        """Forget the object of a token that will not be sent."""
+        self._parked.pop(token, None)
 
     def send_bytes(self, buf: Any, offset: int = 0, size: int | None = None) -> None:
-        parcel = getattr(_passing, "parcel", None)
-        if parcel is None:
-            super().send_bytes(buf, offset, size)
-            return
-        _passing.parcel = None
-        self._transmit(parcel.message)
+        if self._parked:
+            token = pickle.loads(buf)
+            if type(token) is int and token in self._parked:
+                obj = self._parked.pop(token)
+                try:
+                    message = self._encode(obj)
+                except Exception as exc:
+                    raise _Unpicklable(obj) from exc
+                self._transmit(message)
+                return
+        super().send_bytes(buf, offset, size)
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
         first = super().recv_bytes(maxlength)
@@ -141,18 +144,27 @@ def _queue_pipe(ctx: Any) -> tuple[_QueueConnection, _QueueConnection]:
     return make_pipe(_QueueConnection, False, None, False)
 
 
-class _ParcelPutter:
-    """Puts parcels in a standard ``Queue`` (or subclass) and reports an object that could not
-    be pickled to its feeder-error hook as itself."""
+class _TokenPutter:
+    """Puts tokens of objects in a standard ``Queue`` (or subclass), and reports an object
+    that could not be pickled to its feeder-error hook as itself."""
 
     def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
-        super().put(_Parcel(obj, _host_internals.queue_writer(self)), block, timeout)  # type: ignore[misc]
+        writer = _host_internals.queue_writer(self)
+        token = writer.park(obj)
+        try:
+            super().put(token, block, timeout)  # type: ignore[misc]
+        except BaseException:
+            writer.unpark(token)
+            raise
 
     def _on_queue_feeder_error(self, e: Exception, obj: Any) -> None:
-        super()._on_queue_feeder_error(e, _unwrap(obj))  # type: ignore[misc]
+        if isinstance(e, _Unpicklable) and isinstance(e.__cause__, Exception):
+            super()._on_queue_feeder_error(e.__cause__, e.obj)  # type: ignore[misc]
+        else:
+            super()._on_queue_feeder_error(e, obj)  # type: ignore[misc]
 
 
-class Queue(_ParcelPutter, _queues.Queue):
+class Queue(_TokenPutter, _queues.Queue):
     """``multiprocessing.Queue`` with blpickle transfers; build it with ``ctx.Queue()``."""
 
     def __init__(self, maxsize: int = 0, *, ctx: Any) -> None:
@@ -160,7 +172,7 @@ class Queue(_ParcelPutter, _queues.Queue):
         _host_internals.replace_queue_pipe(self, *_queue_pipe(ctx))
 
 
-class JoinableQueue(_ParcelPutter, _queues.JoinableQueue):
+class JoinableQueue(_TokenPutter, _queues.JoinableQueue):
     """``multiprocessing.JoinableQueue`` with blpickle transfers (``ctx.JoinableQueue()``)."""
 
     def __init__(self, maxsize: int = 0, *, ctx: Any) -> None:
@@ -190,7 +202,7 @@ class SimpleQueue(_queues.SimpleQueue):
             writer._transmit(message)
 
 
-class _CallQueue(_ParcelPutter, _host_internals.CallQueue):
+class _CallQueue(_TokenPutter, _host_internals.CallQueue):
     """What a ``concurrent.futures`` call queue becomes in a blpickle context (the executor
     fails the future of a call item that could not be pickled, as usual)."""
 
