@@ -81,6 +81,20 @@ def test_message_round_trip_through_dask_framing(as_bytes):
     check_objects(objects, message["data"])
 
 
+def test_an_object_without_big_buffers_is_one_frame():
+    header, frames = bl_dask.serialize({"a": 1, "small": np.arange(10)})
+    assert header["blpickle"][1] == [] and len(frames) == 1
+    loaded = bl_dask.deserialize(header, frames)
+    assert loaded["a"] == 1
+    assert_same_array(np.arange(10), loaded["small"])
+
+
+def test_lambdas_fall_back_to_cloudpickle():
+    offset = 2
+    header, frames = bl_dask.serialize(lambda x: x + offset)
+    assert bl_dask.deserialize(header, frames)(1) == 3
+
+
 def test_unpicklable_falls_through_to_the_next_family():
     import threading
 

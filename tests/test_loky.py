@@ -19,6 +19,7 @@ pytest.importorskip("joblib")
 from joblib import Parallel, delayed
 from joblib.externals.loky.backend import reduction as loky_reduction
 
+import blpickle
 from blpickle.integrations import loky as bl_loky
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -43,6 +44,37 @@ def test_pickler_writes_a_plain_pickle(compress):
     finally:
         bl_loky.configure()
         os.environ.pop(bl_loky.ENV_OPTIONS, None)
+
+
+def test_an_object_without_big_buffers_is_its_own_plain_pickle():
+    obj = {"a": [1, 2.5], "small": np.arange(10), "f": inspect_argument}
+    out = io.BytesIO()
+    bl_loky.Pickler(out).dump(obj)
+    assert b"_open" not in out.getvalue()  # no envelope
+    loaded = pickle.loads(out.getvalue())
+    assert loaded["a"] == [1, 2.5] and loaded["f"] is inspect_argument
+    assert_same_array(obj["small"], loaded["small"])
+
+
+def test_lambdas_fall_back_to_cloudpickle():
+    out = io.BytesIO()
+    offset = 3
+    bl_loky.Pickler(out).dump([lambda x: x + offset, np.arange(200_000)])
+    loaded = pickle.loads(out.getvalue())
+    assert loaded[0](1) == 4
+    assert_same_array(np.arange(200_000), loaded[1])
+
+
+def test_a_damaged_envelope_is_a_clear_error():
+    head = bl_loky._HEAD.pack(bl_loky._VERSION, 1) + bl_loky._DESC.pack(100, 0)
+    with pytest.raises(blpickle.CorruptError, match="version 99"):
+        bl_loky._open(bl_loky._HEAD.pack(99, 0), b"")
+    with pytest.raises(blpickle.CorruptError, match="damaged head"):
+        bl_loky._open(head[:-1], b"")
+    with pytest.raises(blpickle.CorruptError, match="fewer frames"):
+        bl_loky._open(head, pickle.dumps(None))
+    with pytest.raises(blpickle.CorruptError, match="arrived as 3 bytes"):
+        bl_loky._open(head, pickle.dumps(None), bytearray(3))
 
 
 def test_one_pickler_dumps_several_objects():

@@ -20,6 +20,7 @@ import pytest
 from conftest import assert_same_array
 
 import blpickle
+from blpickle.integrations import _mp_connection as mp_connection
 from blpickle.integrations import _wire
 from blpickle.integrations import multiprocessing as bmp
 
@@ -93,12 +94,87 @@ def test_pipe_round_trip_every_kind_of_buffer(compress, duplex):
 
 def test_auto_compresses_what_pays_and_sends_the_rest_raw():
     wire = _wire.wire_options()
-    _, buffers = _wire.pickle_graph([np.arange(1_000_000), RNG.random(1_000_000), np.arange(100)], wire)
+    _, buffers = _wire.pickle_graph([np.arange(1_000_000), RNG.random(1_000_000), np.arange(100)], wire, {})
     assert len(buffers) == 2  # the small one stays in band
-    _wire.plan(buffers, wire)
+    _wire.plan_buffers(buffers, wire)
     assert buffers[0].chunk_size > 0  # compressible: chunks
     assert buffers[1].chunk_size == 0  # random: raw
     assert buffers[0].chunk_size % 8 == 0
+
+
+def test_an_object_without_big_buffers_is_one_plain_pickle_message():
+    reader, writer = bmp.Pipe(duplex=False)
+    obj = {"a": 1, "small": np.arange(10), "f": echo}
+    writer.send(obj)
+    data = reader.recv_bytes()  # a standard message: what multiprocessing itself would send
+    loaded = pickle.loads(data)
+    assert loaded["a"] == 1 and loaded["f"] is echo
+    assert_same_array(obj["small"], loaded["small"])
+
+
+def test_an_object_with_big_buffers_has_a_head_and_its_buffers_follow():
+    reader, writer = bmp.Pipe(duplex=False)
+    noise = RNG.random(100_000)  # incompressible: it follows raw
+    thread = send_in_thread(writer, {"big": noise})
+    first = reader.recv_bytes()
+    assert first.startswith(mp_connection.MAGIC)
+    with pytest.raises(pickle.UnpicklingError):
+        pickle.loads(first[mp_connection.HEAD.size + mp_connection.DESC.size :])  # the graph needs its buffer
+    raw = bytearray()
+    while len(raw) < noise.nbytes:
+        raw += os.read(reader.fileno(), noise.nbytes - len(raw))
+    thread.join()
+    assert bytes(raw) == noise.tobytes()
+
+
+def test_read_only_arrays_arrive_writable_small_and_big():
+    small, big = np.arange(10), np.arange(200_000)
+    small.flags.writeable = big.flags.writeable = False
+    reader, writer = bmp.Pipe()
+    thread = send_in_thread(writer, [small, big])
+    got = reader.recv()
+    thread.join()
+    assert_same_array(small, got[0])
+    assert_same_array(big, got[1])
+
+
+def test_a_process_argument_pickled_in_band_keeps_read_only_arrays_whole():
+    small, big = np.arange(10), np.arange(200_000)
+    small.flags.writeable = big.flags.writeable = False
+    loaded = pickle.loads(_wire.cloudpickle_in_band((small, big, lambda: 1), {}))
+    assert_same_array(small, loaded[0])
+    assert_same_array(big, loaded[1])
+    assert loaded[2]() == 1
+
+
+def test_main_functions_go_by_value_only_when_asked(monkeypatch):
+    """The C pickler saves a ``__main__`` function by reference; with ``main_by_value`` (spawn
+    and forkserver contexts) cloudpickle saves it by value, so that a child without it gets it."""
+
+    def helper(x):
+        return x * 2
+
+    helper.__module__, helper.__qualname__ = "__main__", "blpickle_test_helper"
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(main, "blpickle_test_helper", helper, raising=False)
+    wire = _wire.wire_options()
+    by_reference, _ = _wire.pickle_graph(helper, wire, {})
+    by_value, _ = _wire.pickle_graph(helper, wire, {}, main_by_value=True)
+    monkeypatch.delattr(main, "blpickle_test_helper")  # as in a child that does not define it
+    with pytest.raises(AttributeError):
+        pickle.loads(by_reference)
+    assert pickle.loads(by_value)(4) == 8
+
+
+def test_what_the_c_pickler_cannot_pickle_falls_back_to_cloudpickle():
+    wire = _wire.wire_options()
+    scale = 3
+    graph, _ = _wire.pickle_graph({"f": lambda x: x * scale, "a": [1, 2]}, wire, {})
+    assert pickle.loads(graph)["f"](2) == 6
+    with pytest.raises(TypeError):  # what neither can pickle raises cloudpickle's error
+        _wire.pickle_graph(threading.Lock(), wire, {})
+    with pytest.raises((pickle.PicklingError, AttributeError)):  # pickler="pickle": no fallback
+        _wire.pickle_graph(lambda: 1, _wire.wire_options(pickler="pickle"), {})
 
 
 def test_lambda_and_closure_travel():
@@ -147,14 +223,30 @@ def test_raw_bytes_methods_are_unchanged():
     assert reader.recv_bytes_into(buf) == 4 and buf[:4] == b"defg"
 
 
-def test_messages_over_the_32_bit_length_use_the_long_prefix(monkeypatch):
-    monkeypatch.setattr(bmp, "_MAX_SMALL", 1000)  # pretend 1000 bytes is "over 2 GiB"
-    reader, writer = bmp.Pipe()
-    array = np.arange(400_000)
-    thread = send_in_thread(writer, [array, RNG.random(100_000)])
-    got = reader.recv()
-    thread.join()
-    assert_same_array(array, got[0])
+@pytest.mark.parametrize(
+    ("head", "then", "message"),
+    [
+        (mp_connection.HEAD.pack(mp_connection.MAGIC, 99, 0, 0, 0), b"", "version 99"),
+        (mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1000), b"", "announces 1000 buffers"),
+        (mp_connection.MAGIC, b"", "no complete head"),
+        (
+            mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1) + mp_connection.DESC.pack(100, 64),
+            (10_000).to_bytes(8, "little"),
+            "a compressed chunk of 10000 bytes",
+        ),
+        (
+            mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1) + mp_connection.DESC.pack(100, 1 << 40),
+            b"",
+            "not a valid transfer",
+        ),
+    ],
+)
+def test_a_damaged_message_is_a_clear_error(head, then, message):
+    reader, writer = bmp.Pipe(duplex=False)
+    writer.send_bytes(head + pickle.dumps(None, protocol=5))
+    os.write(writer.fileno(), then)
+    with pytest.raises(blpickle.CorruptError, match=message):
+        reader.recv()
 
 
 def test_eof_when_the_peer_closes():
@@ -205,11 +297,12 @@ def test_queue_timeouts_and_order():
     q.join_thread()
 
 
-def test_queue_reports_pickling_errors_and_keeps_working():
-    q = bmp.get_context("fork").Queue()
+def test_queue_reports_pickling_errors_and_keeps_working(monkeypatch):
     errors = []
-    q._on_queue_feeder_error = lambda exc, obj: errors.append((exc, obj))
-    q._reset()  # the feeder takes the hook when it starts
+    monkeypatch.setattr(
+        multiprocessing.queues.Queue, "_on_queue_feeder_error", lambda self, exc, obj: errors.append((exc, obj))
+    )
+    q = bmp.get_context("fork").Queue()
     unpicklable = threading.Lock()
     q.put(unpicklable)
     q.put("after")

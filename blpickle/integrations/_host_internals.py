@@ -1,4 +1,5 @@
-"""The private names of joblib and concurrent.futures that blpickle relies on: none has a public API.
+"""The private names of joblib, multiprocessing and concurrent.futures that blpickle relies on:
+none has a public API.
 
 blpickle reaches them through this module only, and ``tests/test_host_internals.py`` checks that
 each still holds, so that a joblib or Python release that changes one fails that test by name
@@ -11,6 +12,11 @@ rather than an integration at run time:
 - ``concurrent.futures.process._SafeQueue``: ``ProcessPoolExecutor`` builds its call queue from
   it and takes no other queue, so a blpickle context gives that queue a blpickle subclass
   before its first use.
+- The pipe of multiprocessing's queues: they build it themselves (``connection.Pipe``, not
+  their context's), and ``multiprocessing.Pool`` reads and writes a ``SimpleQueue``'s pipe
+  ends directly, so a blpickle queue puts its own pipe in their place. (Its queues also
+  override ``Queue._on_queue_feeder_error``, the hook the standard library keeps for
+  ``concurrent.futures``; the test checks the feeder calls it with the object.)
 
 joblib is imported by the functions that need it, not by this module.
 """
@@ -21,6 +27,7 @@ import concurrent.futures.process
 import dataclasses
 import sys
 from collections.abc import Callable
+from multiprocessing import queues
 from typing import Any
 
 __all__ = [
@@ -30,12 +37,14 @@ __all__ = [
     "is_unused_call_queue",
     "joblib_memmapping",
     "joblib_store_classes",
+    "queue_writer",
+    "replace_queue_pipe",
 ]
 
 
 def joblib_store_classes() -> tuple[type, type[Warning]]:
     """Return joblib's ``(FileSystemStoreBackend, CacheWarning)``."""
-    from joblib._store_backends import CacheWarning, FileSystemStoreBackend
+    from joblib._store_backends import CacheWarning, FileSystemStoreBackend  # type: ignore[import-untyped]  # joblib ships no type information
 
     return FileSystemStoreBackend, CacheWarning
 
@@ -51,7 +60,7 @@ class JoblibMemmapping:
         temporary_files: the names of the files joblib memory-mapped for its workers.
     """
 
-    forward: type
+    forward: type[Any]
     backward: Callable[[Any], Any]
     backing_memmap: Callable[[Any], Any]
     temporary_files: set[str]
@@ -84,10 +93,37 @@ def is_unused_call_queue(queue: Any) -> bool:
     """True for a call queue of exactly `CallQueue` that nothing went through yet (no
     feeder thread, nothing buffered, nothing in its pipe), as when the executor starts its
     first worker."""
-    return type(queue) is CallQueue and queue._thread is None and not queue._buffer and not queue._reader.poll()
+    if type(queue) is not CallQueue:
+        return False
+    state: Any = queue  # the private attributes of multiprocessing's Queue
+    return state._thread is None and not state._buffer and not state._reader.poll()
 
 
 def give_call_queue_class(queue: Any, cls: type) -> None:
     """Make an unused call queue (see `is_unused_call_queue`) an instance of ``cls``, a
     subclass of `CallQueue` that adds methods and no slots."""
     queue.__class__ = cls
+
+
+def replace_queue_pipe(queue: queues.Queue | queues.SimpleQueue, reader: Any, writer: Any) -> None:
+    """Make an unused multiprocessing queue (``Queue``, ``JoinableQueue``, ``SimpleQueue`` or
+    a subclass) read from ``reader`` (``recv_bytes``, and ``recv`` for ``Pool``) and write to
+    ``writer`` (``send_bytes``, and ``send`` for ``Pool``), closing its own pipe."""
+    old = (queue._reader, queue._writer)  # type: ignore[union-attr]
+    queue._reader, queue._writer = reader, writer  # type: ignore[union-attr]
+    for conn in old:
+        conn.close()
+    if isinstance(queue, queues.SimpleQueue):
+        queue._poll = reader.poll  # type: ignore[attr-defined]
+    else:
+        queue._reset()  # type: ignore[attr-defined]
+
+
+def queue_writer(queue: Any) -> Any:
+    """The connection a multiprocessing queue writes to (see `replace_queue_pipe`)."""
+    return queue._writer
+
+
+def simple_queue_write_lock(queue: queues.SimpleQueue) -> Any:
+    """The lock a ``SimpleQueue``'s ``put`` holds while it writes (None on Windows)."""
+    return queue._wlock  # type: ignore[attr-defined]

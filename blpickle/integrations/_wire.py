@@ -1,12 +1,14 @@
 """Moving objects between processes: shared by the multiprocessing, loky and dask integrations.
 
-An object travels as a small protocol-5 pickle (the *graph*) plus its big buffers out of band.
-Each buffer travels on its own, either raw (zero copy on the sending side) or as a sequence of
-independently compressed Blosc2 chunks; which one is decided per buffer by compressing a small
-sample (as dask's ``maybe_compress`` does), so incompressible data costs no compression time.
-The transports (pipes, loky's byte strings, dask frames) only differ in how they carry the
-graph, the buffer descriptors and the chunks: see `.multiprocessing`, `.loky` and
-`.dask`.
+An object travels as a protocol-5 pickle (the *graph*) plus its big buffers out of band. The
+graph is written by the C pickler with the host's reducers; what it cannot pickle (lambdas,
+closures, local classes) is pickled again by cloudpickle. An object with no out-of-band
+buffer is just that pickle: it costs what the host's own pickling costs. Each out-of-band
+buffer travels raw (zero copy on the sending side) or as independently compressed Blosc2
+chunks, as `blpickle.policy.plan_transfer` decides; `blpickle.chunks` compresses and
+decompresses them. The transports (pipes, loky's byte strings, dask frames) only differ in how
+they carry the graph, the buffer layout and the frames: see `.multiprocessing`, `.loky` and
+`.dask`; all of them receive with `receive_buffers`.
 
 Nothing here is part of the file format of `blpickle.format`: these messages are never
 stored, only sent to a peer running the same version of blpickle.
@@ -14,41 +16,52 @@ stored, only sent to a peer running the same version of blpickle.
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
+import functools
 import io
-import math
 import pickle
-from collections.abc import Iterable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pickle import PickleBuffer
-from typing import Any
+from typing import Any, Protocol, cast
 
-import blosc2
-import cloudpickle
+import cloudpickle  # type: ignore[import-untyped]  # cloudpickle ships no type information
 import numpy as np
 
-from ..buffers import shuffle_typesize, spread_sample
-from ..chunks import compress_chunk
+from ..arrays import reduce_ndarray
+from ..buffers import shuffle_typesize
+from ..chunks import compress_chunks, decompress_chunks
 from ..errors import CorruptError, OptionsError
 from ..options import Options, resolve_options
-from ..policy import choose_codec
-from ..pool import map_ordered
+from ..policy import ChunkPlan, plan_raw, plan_transfer
 
-__all__ = ["Buffer", "WireOptions", "pickle_graph", "unpickle_graph", "wire_options"]
+__all__ = [
+    "Buffer",
+    "FrameSequence",
+    "WireOptions",
+    "pickle_graph",
+    "plan_buffers",
+    "receive_buffers",
+    "unpickle_graph",
+    "wire_options",
+]
 
 KiB = 1 << 10
 MiB = 1 << 20
 
 #: The options of a transfer when none are given: a fast codec, chunks small enough to keep
-#: both processes busy, and cloudpickle so that lambdas and ``__main__`` functions travel.
+#: both processes busy, and cloudpickle for what the C pickler cannot pickle (lambdas...).
 TRANSFER_DEFAULTS = Options(codec="lz4", clevel=5, chunk_size=4 * MiB, pickler="cloudpickle")
 
-#: "auto" compression looks at this many pieces of the buffer ...
-_SAMPLES = 4
-#: ... of this many bytes each.
-_SAMPLE_SIZE = 64 * KiB
 #: Blosc2 adds at most this many bytes to a chunk.
 _BLOSC2_MAX_OVERHEAD = 32
 _COMPRESS_CHOICES = ("auto", True, False)
+#: What a pickle that refers to ``__main__`` holds (searched without copying the pickle).
+_MAIN = re.compile(re.escape(b"__main__"))
+#: The largest buffer and chunk a peer may announce.
+_MAX_NBYTES = 1 << 62
+_MAX_CHUNK_SIZE = 1 << 31
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +133,7 @@ def wire_options(
         blosc = base.options.replace(**options) if options else base.options
     else:
         blosc = resolve_options(preset, **{"pickler": "cloudpickle", **options})
-    changes = {
+    changes: dict[str, Any] = {
         key: value
         for key, value in (
             ("compress", compress),
@@ -136,23 +149,293 @@ def wire_options(
 # --- pickling --------------------------------------------------------------------------------
 
 
-def _rebuild_array(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str) -> np.ndarray:
-    """Rebuild an array sent by `_Collector` around ``buffer`` without copying it.
+class Buffer:
+    """One out-of-band buffer of a message and how it travels.
 
-    The result is always writable, as with plain pickle: the receiving side owns the memory it
-    received into, so a read-only view of it (an array that was read-only when sent) is
-    replaced by the writable memory underneath; anything else read-only is copied.
+    Attributes:
+        view: its bytes (a contiguous ``"B"`` memoryview, not copied).
+        typesize: the element size for the shuffle filter.
+        plan: raw or compressed, in which chunks (`plan_buffers` sets it).
     """
-    data = _writable(buffer)
-    count = math.prod(shape)
-    if memoryview(data).nbytes != count * dtype.itemsize:
-        raise CorruptError(
-            f"an array of shape {shape} and dtype {dtype} received a buffer of {memoryview(data).nbytes} bytes"
+
+    __slots__ = ("plan", "typesize", "view")
+
+    def __init__(self, view: memoryview, typesize: int) -> None:
+        self.view = view
+        self.typesize = typesize
+        self.plan: ChunkPlan = plan_raw(view.nbytes, typesize)
+
+    @property
+    def nbytes(self) -> int:
+        return self.view.nbytes
+
+    @property
+    def chunk_size(self) -> int:
+        """Bytes per compressed chunk, or 0 when it travels raw."""
+        return 0 if self.plan.raw else self.plan.chunk_size
+
+
+class _OutOfBand:
+    """Reduces the numpy arrays of one pickling and collects its out-of-band buffers."""
+
+    __slots__ = ("_inband_size", "_out_of_band", "_readonly", "buffers")
+
+    def __init__(self, inband_size: int, out_of_band: bool = True) -> None:
+        self.buffers: list[Buffer] = []
+        self._inband_size = inband_size
+        self._out_of_band = out_of_band
+        self._readonly: dict[int, tuple[PickleBuffer, Buffer]] = {}  # placeholder id -> buffer
+
+    def reduce_array(self, array: np.ndarray) -> Any:
+        """The dispatch-table reducer of numpy arrays: `blpickle.arrays.reduce_ndarray` around
+        a `PickleBuffer` of the array's bytes, whatever the dtype (numpy refuses a buffer for
+        datetimes) and the strides (strided views are copied once, here, not by pickle).
+
+        The buffer's item size is the typesize its compression uses. A read-only array is
+        represented by an empty writable placeholder and always goes out of band (or, when
+        nothing goes out of band, is copied in band), so that it arrives writable, as arrays
+        pickled by the standard library do."""
+        if type(array) is not np.ndarray:
+            array = array.view(np.ndarray)  # np.memmap and friends arrive as plain arrays
+        dtype = array.dtype
+        if dtype.hasobject or array.size == 0 or dtype.itemsize == 0:
+            return array.__reduce_ex__(5)
+        if not (array.flags.c_contiguous or array.flags.f_contiguous):
+            array = np.ascontiguousarray(array)
+        typesize = shuffle_typesize(dtype.itemsize, dtype)
+        flat = array.reshape(-1, order="A").view(np.uint8)
+        if flat.flags.writeable:
+            return reduce_ndarray(array, PickleBuffer(cast(Any, flat.view(np.dtype((np.void, typesize))))))
+        if not self._out_of_band:
+            return reduce_ndarray(array, bytearray(cast(Any, flat)))
+        placeholder = PickleBuffer(bytearray())
+        self._readonly[id(placeholder)] = (placeholder, Buffer(memoryview(cast(Any, flat)), typesize))
+        return reduce_ndarray(array, placeholder)
+
+    def take(self, buffer: PickleBuffer) -> bool:
+        """The pickler's ``buffer_callback``: return True to keep ``buffer`` in band (a small one)."""
+        readonly = self._readonly.pop(id(buffer), None)
+        if readonly is not None:
+            self.buffers.append(readonly[1])
+            return False
+        try:
+            view = buffer.raw()
+        except BufferError:  # not contiguous: let pickle copy it in band
+            return True
+        if view.nbytes < self._inband_size:
+            return True
+        self.buffers.append(Buffer(view, shuffle_typesize(memoryview(buffer).itemsize)))
+        return False
+
+
+@functools.cache
+def _cloudpickle_reducers() -> dict:
+    """cloudpickle's own reducers (its dispatch table without copyreg's, which hosts' tables
+    hold), as a dict: fast to merge."""
+    return {
+        cls: reducer
+        for cls, reducer in cloudpickle.Pickler.dispatch_table.items()
+        if copyreg.dispatch_table.get(cls) is not reducer
+    }
+
+
+class _CloudGraphPickler(cloudpickle.Pickler):
+    """cloudpickle for what the C pickler cannot pickle, with the same reducers."""
+
+    def __init__(self, file: Any, table: Mapping, buffer_callback: Any) -> None:
+        self.dispatch_table = {**_cloudpickle_reducers(), **table}  # read by __init__
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+
+
+#: A reducer of numpy arrays, as a dispatch table holds it.
+ArrayReducer = Callable[[np.ndarray], Any]
+
+
+def pickle_graph(
+    obj: Any,
+    wire: WireOptions,
+    table: Mapping,
+    *,
+    main_by_value: bool = False,
+    wrap_arrays: Callable[[ArrayReducer], ArrayReducer] | None = None,
+) -> tuple[memoryview, list[Buffer]]:
+    """Pickle ``obj`` at protocol 5: return the pickle and its out-of-band buffers.
+
+    ``table`` is the host's dispatch table (numpy arrays are added). The C pickler runs
+    first; with ``pickler="cloudpickle"`` cloudpickle pickles again what it cannot pickle,
+    and, with ``main_by_value``, what it pickled mentioning ``__main__`` (as dask does), so
+    that functions and classes of ``__main__`` travel by value to a process that does not
+    have them. ``wrap_arrays``, if given, makes the array reducer of the table from this
+    module's (to leave some arrays to a reducer of the host's).
+
+    Raises:
+        pickle.PicklingError (or whatever the object's reducers raise).
+    """
+    arrays = _OutOfBand(wire.inband_size)
+    file = io.BytesIO()
+    pickler = pickle.Pickler(file, 5, buffer_callback=arrays.take)
+    pickler.dispatch_table = _with_arrays(table, arrays.reduce_array, wrap_arrays)
+    try:
+        pickler.dump(obj)
+        if not (main_by_value and _MAIN.search(file.getbuffer())):
+            return file.getbuffer(), arrays.buffers
+    except Exception:
+        if wire.options.pickler != "cloudpickle":
+            raise
+    return _cloudpickle(obj, wire.inband_size, table, True, wrap_arrays)
+
+
+def cloudpickle_in_band(obj: Any, table: Mapping) -> memoryview:
+    """Pickle ``obj`` with cloudpickle and ``table``, every buffer in band (objects whose
+    reducers must run once, such as a process's arguments that hold connections)."""
+    return _cloudpickle(obj, 0, table, False, None)[0]
+
+
+def _with_arrays(table: Mapping, reducer: ArrayReducer, wrap: Callable[[ArrayReducer], ArrayReducer] | None) -> dict:
+    if wrap is not None:
+        reducer = wrap(reducer)
+    return {**table, np.ndarray: reducer, np.memmap: reducer}
+
+
+def _cloudpickle(
+    obj: Any,
+    inband_size: int,
+    table: Mapping,
+    out_of_band: bool,
+    wrap_arrays: Callable[[ArrayReducer], ArrayReducer] | None,
+) -> tuple[memoryview, list[Buffer]]:
+    arrays = _OutOfBand(inband_size, out_of_band)
+    file = io.BytesIO()
+    callback = arrays.take if out_of_band else None
+    _CloudGraphPickler(file, _with_arrays(table, arrays.reduce_array, wrap_arrays), callback).dump(obj)
+    return file.getbuffer(), arrays.buffers
+
+
+def unpickle_graph(graph: Any, buffers: Iterable[Any]) -> Any:
+    """Load a pickle made by `pickle_graph` with its received buffers."""
+    return pickle.loads(graph, buffers=buffers)
+
+
+# --- sending ---------------------------------------------------------------------------------
+
+
+def plan_buffers(buffers: Sequence[Buffer], wire: WireOptions) -> None:
+    """Decide, per buffer, whether it travels raw or compressed (`blpickle.policy.plan_transfer`)."""
+    if not wire.compresses:
+        return
+    for buffer in buffers:
+        buffer.plan = plan_transfer(
+            wire.options, buffer.view, buffer.typesize, wire.compress, wire.min_size, wire.min_ratio
         )
-    return np.frombuffer(data, dtype=dtype, count=count).reshape(shape, order=order)
 
 
-def _writable(buffer: Any) -> Any:
+def layout(buffers: Sequence[Buffer]) -> list[tuple[int, int]]:
+    """``(nbytes, chunk_size)`` of each buffer: what the receiver needs to know of them."""
+    return [(buffer.nbytes, buffer.chunk_size) for buffer in buffers]
+
+
+def compressed_chunks(buffer: Buffer, nthreads: int) -> Iterator[bytes]:
+    """Yield the compressed chunks of a planned buffer in order, compressing ahead in threads."""
+    view, size = buffer.view, buffer.plan.chunk_size
+    pieces = (view[start : start + size] for start in range(0, view.nbytes, size))
+    return compress_chunks(pieces, buffer.plan.cparams, buffer.plan.nchunks(view.nbytes), nthreads)
+
+
+# --- receiving -------------------------------------------------------------------------------
+
+
+class Frames(Protocol):
+    """Where `receive_buffers` takes the frames of a message from, in order."""
+
+    def raw(self, nbytes: int) -> Any:
+        """Return the next frame, a raw buffer of ``nbytes`` bytes, writable.
+
+        Raises:
+            CorruptError: when it has another size or is missing.
+        """
+
+    def chunk(self, limit: int) -> Any:
+        """Return the next frame, a compressed chunk of at most ``limit`` bytes.
+
+        Raises:
+            CorruptError: when it is bigger or missing.
+        """
+
+
+def check_layout(nbytes: int, chunk_size: int) -> None:
+    """Refuse a buffer layout no sender writes (the peer is trusted, but a bug should not
+    become a huge allocation or a Blosc2 overflow).
+
+    Raises:
+        CorruptError.
+    """
+    if not 0 <= nbytes < _MAX_NBYTES or not 0 <= chunk_size <= _MAX_CHUNK_SIZE:
+        raise CorruptError(f"a buffer of {nbytes} bytes in chunks of {chunk_size} is not a valid transfer")
+
+
+def max_chunk_frame(chunk_size: int) -> int:
+    """The largest compressed chunk a chunk of ``chunk_size`` bytes can become."""
+    return chunk_size + _BLOSC2_MAX_OVERHEAD
+
+
+def receive_buffers(layout: Iterable[tuple[int, int]], frames: Frames, nthreads: int) -> list[Any]:
+    """Receive the out-of-band buffers of a message, laid out as `layout` says: a raw one
+    as its frame, a compressed one decompressed into a new array, several chunks at once
+    (``frames`` may read them as they are needed).
+
+    Raises:
+        CorruptError: for an invalid layout, or a frame that does not fit it.
+    """
+    buffers = []
+    for index, (nbytes, chunk_size) in enumerate(layout):
+        check_layout(nbytes, chunk_size)
+        if not chunk_size:
+            buffers.append(frames.raw(nbytes))
+            continue
+        out = np.empty(nbytes, np.uint8)
+        view = memoryview(cast(Any, out))
+        limit = max_chunk_frame(chunk_size)
+        starts = range(0, nbytes, chunk_size)
+        jobs = (
+            (frames.chunk(limit), view[start : start + chunk_size], f"chunk {number} of buffer {index}")
+            for number, start in enumerate(starts)
+        )
+        decompress_chunks(jobs, len(starts), nthreads)
+        buffers.append(out)
+    return buffers
+
+
+class FrameSequence:
+    """`Frames` already received, as a sequence (loky's envelope, dask's frames)."""
+
+    def __init__(self, frames: Iterable[Any], what: str) -> None:
+        self._frames = iter(frames)
+        self._what = what
+
+    def _next(self) -> Any:
+        try:
+            return next(self._frames)
+        except StopIteration:
+            raise CorruptError(f"{self._what} with fewer frames than its layout lists") from None
+
+    def raw(self, nbytes: int) -> Any:
+        frame = self._next()
+        size = memoryview(frame).nbytes
+        if size != nbytes:
+            raise CorruptError(f"{self._what}: a raw buffer of {nbytes} bytes arrived as {size} bytes")
+        return writable(frame)
+
+    def chunk(self, limit: int) -> Any:
+        frame = self._next()
+        size = memoryview(frame).nbytes
+        if size > limit:
+            raise CorruptError(f"{self._what}: a compressed chunk of {size} bytes, at most {limit} expected")
+        return frame
+
+
+def writable(buffer: Any) -> Any:
+    """Return ``buffer`` if it is writable, the writable memory it views (a received
+    ``bytearray`` or array seen through a read-only view), or else a writable copy."""
     view = memoryview(buffer)
     if not view.readonly:
         return buffer
@@ -166,192 +449,3 @@ def _writable(buffer: Any) -> Any:
     ) or (isinstance(owner, bytearray) and len(owner) == view.nbytes):
         return owner
     return bytearray(view)
-
-
-class Buffer:
-    """One out-of-band buffer of a message and how it travels.
-
-    Attributes:
-        view: its bytes (a contiguous ``"B"`` memoryview, not copied).
-        typesize: the element size for the shuffle filter.
-        chunk_size: bytes per compressed chunk, or 0 to send it raw.
-        codec: the Blosc2 codec its chunks are compressed with.
-    """
-
-    __slots__ = ("chunk_size", "codec", "typesize", "view")
-
-    def __init__(self, view: memoryview, typesize: int, chunk_size: int = 0) -> None:
-        self.view = view
-        self.typesize = typesize
-        self.chunk_size = chunk_size
-        self.codec: str | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return self.view.nbytes
-
-    @property
-    def nchunks(self) -> int:
-        return -(-self.nbytes // self.chunk_size) if self.chunk_size else 1
-
-
-class _Collector:
-    """Reduces numpy arrays out of band and collects the buffers of one pickling."""
-
-    def __init__(self, wire: WireOptions) -> None:
-        self.buffers: list[Buffer] = []
-        self._inband_size = wire.inband_size
-        self._typesizes: dict[int, tuple[PickleBuffer, int]] = {}
-
-    def reduce_array(self, array: np.ndarray) -> Any:
-        """Out of band as raw bytes whatever the dtype (numpy refuses a buffer for datetimes),
-        contiguous whatever the strides (numpy would copy strided views in band)."""
-        if type(array) is not np.ndarray:
-            array = array.view(np.ndarray)  # np.memmap and friends arrive as plain arrays
-        if array.dtype.hasobject or array.size == 0 or array.dtype.itemsize == 0:
-            return array.__reduce_ex__(5)
-        if not (array.flags.c_contiguous or array.flags.f_contiguous):
-            array = np.ascontiguousarray(array)
-        order = "F" if array.flags.f_contiguous and not array.flags.c_contiguous else "C"
-        buffer = PickleBuffer(array.reshape(-1, order="A").view(np.uint8))
-        self._typesizes[id(buffer)] = (buffer, shuffle_typesize(array.itemsize, array.dtype))
-        return _rebuild_array, (buffer, array.dtype, array.shape, order)
-
-    def take(self, buffer: PickleBuffer) -> bool:
-        """The pickler's ``buffer_callback``: True keeps a (small) buffer in band."""
-        known = self._typesizes.pop(id(buffer), None)
-        try:
-            view = buffer.raw()
-        except BufferError:  # not contiguous: let pickle copy it in band
-            return True
-        if view.nbytes < self._inband_size:
-            return True
-        typesize = known[1] if known is not None else shuffle_typesize(memoryview(buffer).itemsize)
-        self.buffers.append(Buffer(view, typesize))
-        return False
-
-
-class _CloudGraphPickler(cloudpickle.Pickler):
-    def __init__(self, file: Any, table: Mapping, callback: Any) -> None:
-        self.dispatch_table = table  # before the C pickler reads it in __init__
-        super().__init__(file, protocol=5, buffer_callback=callback)
-
-
-class _PlainGraphPickler(pickle.Pickler):
-    def __init__(self, file: Any, table: Mapping, callback: Any) -> None:
-        self.dispatch_table = table
-        super().__init__(file, protocol=5, buffer_callback=callback)
-
-
-def base_dispatch_table(kind: str) -> dict:
-    """The reducers of ``"pickle"`` (copyreg's) or ``"cloudpickle"``, as a fresh dict."""
-    if kind == "cloudpickle":
-        return dict(cloudpickle.Pickler.dispatch_table)
-    import copyreg
-
-    return dict(copyreg.dispatch_table)
-
-
-def pickle_graph(
-    obj: Any, wire: WireOptions, extra_reducers: Mapping | None = None, out_of_band: bool = True
-) -> tuple[memoryview, list[Buffer]]:
-    """Pickle ``obj`` at protocol 5: return the pickle and the out-of-band buffers.
-
-    ``extra_reducers`` are added to the dispatch table (multiprocessing's for connections and
-    sockets, for instance). With ``out_of_band=False`` every buffer is copied in band.
-
-    Raises:
-        pickle.PicklingError (or whatever the object's reducers raise).
-    """
-    collector = _Collector(wire)
-    table = base_dispatch_table(wire.options.pickler)
-    if extra_reducers:
-        table.update(extra_reducers)
-    table[np.ndarray] = table[np.memmap] = collector.reduce_array
-    graph = io.BytesIO()
-    cls = _CloudGraphPickler if wire.options.pickler == "cloudpickle" else _PlainGraphPickler
-    cls(graph, table, collector.take if out_of_band else None).dump(obj)
-    return graph.getbuffer(), collector.buffers
-
-
-def unpickle_graph(graph: Any, buffers: Iterable[Any]) -> Any:
-    """Load a pickle made by `pickle_graph` with its received buffers."""
-    return pickle.loads(graph, buffers=buffers)
-
-
-# --- compression -----------------------------------------------------------------------------
-
-
-def plan(buffers: list[Buffer], wire: WireOptions) -> None:
-    """Decide, per buffer, whether it travels raw or compressed, and with which codec (sets
-    ``chunk_size`` and ``codec``)."""
-    if not wire.compresses:
-        return
-    for buffer in buffers:
-        if buffer.nbytes < max(wire.min_size, 1):
-            continue
-        sample = spread_sample(buffer.view, _SAMPLES * _SAMPLE_SIZE, buffer.typesize, _SAMPLES)
-        codec = choose_codec(wire.options, sample, buffer.typesize)
-        if wire.compress == "auto":
-            packed = compress_chunk(sample, wire.options.blosc2_cparams(buffer.typesize, codec))
-            if len(packed) * wire.min_ratio > memoryview(sample).nbytes:
-                continue  # compression does not pay: send it raw
-        buffer.codec = codec
-        buffer.chunk_size = wire.options.chunk_size_for(buffer.nbytes, buffer.typesize)
-
-
-def compressed_chunks(buffer: Buffer, options: Options) -> Iterator[bytes]:
-    """Yield the compressed chunks of a planned buffer in order, compressing ahead in threads."""
-    cparams = options.blosc2_cparams(buffer.typesize, buffer.codec)
-    view, size = buffer.view, buffer.chunk_size
-    pieces = (view[start : start + size] for start in range(0, view.nbytes, size))
-
-    def compress(piece: memoryview) -> bytes:
-        return compress_chunk(piece, cparams)
-
-    yield from map_ordered(compress, pieces, buffer.nchunks, options.threads)
-
-
-def chunk_spans(nbytes: int, chunk_size: int) -> list[tuple[int, int]]:
-    """``(start, stop)`` of each chunk of a buffer of ``nbytes`` cut in ``chunk_size`` pieces."""
-    return [(start, min(start + chunk_size, nbytes)) for start in range(0, nbytes, chunk_size)]
-
-
-def check_layout(nbytes: int, chunk_size: int) -> None:
-    """Refuse descriptors that cannot come from `plan` (the peer is trusted, but a bug
-    should not become a huge allocation or a Blosc2 overflow).
-
-    Raises:
-        CorruptError.
-    """
-    if not 0 <= nbytes < 1 << 62 or not 0 <= chunk_size <= 1 << 31:
-        raise CorruptError(f"a buffer of {nbytes} bytes in chunks of {chunk_size} is not a valid transfer")
-
-
-def decompress_into(out: np.ndarray, chunk_size: int, chunks: Iterable[Any], nthreads: int) -> None:
-    """Decompress the chunks of one buffer (an iterable, possibly reading them as it goes)
-    straight into ``out``, several at a time.
-
-    Raises:
-        CorruptError: when a chunk does not hold the bytes its slot expects.
-    """
-    spans = chunk_spans(out.nbytes, chunk_size)
-    view = memoryview(out).cast("B")
-    jobs = ((packed, view[start:stop]) for packed, (start, stop) in zip(chunks, spans, strict=True))
-    for _ in map_ordered(_unpack, jobs, len(spans), nthreads):
-        pass
-
-
-def _unpack(job: tuple[Any, memoryview]) -> None:
-    packed, dst = job
-    nbytes, cbytes, _ = blosc2.get_cbuffer_sizes(packed)
-    if nbytes != dst.nbytes or cbytes != memoryview(packed).nbytes:
-        raise CorruptError(
-            f"a chunk holds {nbytes} bytes in {cbytes}, expected {dst.nbytes} in {memoryview(packed).nbytes}"
-        )
-    blosc2.decompress2(packed, dst=dst, nthreads=1)
-
-
-def max_chunk_frame(chunk_size: int) -> int:
-    """The largest compressed chunk a chunk of ``chunk_size`` bytes can become."""
-    return chunk_size + _BLOSC2_MAX_OVERHEAD

@@ -17,21 +17,22 @@ it gathers (workers answer with the client's ``deserializers``) and, with the pl
 dask (``ToPickle``), as before.
 
 An object becomes ``[graph, frames of buffer 0, frames of buffer 1, ...]``: ``graph`` is a
-protocol-5 pickle; a buffer is one zero-copy frame (a memoryview of the array) when a sample
-shows it does not compress, else one frame per compressed Blosc2 chunk. The header lists the
-buffers' sizes and chunk sizes and marks every buffer frame ``compression=False``: dask
-neither compresses them again nor splits them into shards. dask's TCP comm then reads each raw
-buffer into (aligned) memory of its own, which the array is rebuilt around without a copy; a
-buffer split into shards read into separate pieces would have to be copied back together, and
-one read into the same memory as the headers could be misaligned. Compressed chunks are
-decompressed in threads straight into the arrays.
+protocol-5 pickle (by the C pickler, or cloudpickle where it cannot and for what names
+``__main__``, as dask's own pickle family does); a buffer is one zero-copy frame (a
+memoryview of the array) when a sample shows it does not compress, else one frame per
+compressed Blosc2 chunk. The header lists the buffers' sizes and chunk sizes and marks every
+buffer frame ``compression=False``: dask neither compresses them again nor splits them into
+shards. dask's TCP comm then reads each raw buffer into (aligned) memory of its own, which the
+array is rebuilt around without a copy; a buffer split into shards read into separate pieces
+would have to be copied back together, and one read into the same memory as the headers could
+be misaligned. Compressed chunks are decompressed in threads straight into the arrays.
 """
 
 from __future__ import annotations
 
+import copyreg
 from typing import Any
 
-import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
 from distributed.protocol.serialize import register_serialization_family
 
@@ -81,25 +82,23 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
     """
     wire = _WIRE
     try:
-        graph, buffers = _wire.pickle_graph(obj, wire)
+        graph, buffers = _wire.pickle_graph(obj, wire, copyreg.dispatch_table, main_by_value=True)
     except Exception as exc:
         raise NotImplementedError(f"blpickle cannot pickle {type(obj).__name__}: {exc}") from exc
-    _wire.plan(buffers, wire)
+    _wire.plan_buffers(buffers, wire)
     # The graph is not ``bytes``: dask's TCP comm reads whatever follows the first non-bytes
     # frame into separate memory, and the raw buffers come after it.
     frames: list[Any] = [graph]
     compression: list[Any] = [None]
-    layout = []
     for buffer in buffers:
-        layout.append([buffer.nbytes, buffer.chunk_size])
         if not buffer.chunk_size:
             frames.append(buffer.view)
             compression.append(False)
             continue
-        chunks = list(_wire.compressed_chunks(buffer, wire.options))
+        chunks = list(_wire.compressed_chunks(buffer, wire.options.threads))
         frames.extend(chunks)
         compression.extend([False] * len(chunks))
-    header = {"blpickle": [_VERSION, layout], "compression": tuple(compression)}
+    header = {"blpickle": [_VERSION, _wire.layout(buffers)], "compression": tuple(compression)}
     return header, frames
 
 
@@ -111,30 +110,17 @@ def deserialize(header: dict, frames: list) -> Any:
     """
     try:
         version, layout = header["blpickle"]
+        layout = [(int(nbytes), int(chunk_size)) for nbytes, chunk_size in layout]
     except (KeyError, TypeError, ValueError):
         raise CorruptError("a dask message without a valid blpickle header") from None
     if version != _VERSION:
         raise CorruptError(
             f"a dask message of blpickle transfer version {version}; this blpickle reads version {_VERSION}"
         )
-    pending = iter(frames[1:])
-    buffers = []
-    try:
-        for nbytes, chunk_size in layout:
-            _wire.check_layout(nbytes, chunk_size)
-            if not chunk_size:
-                raw = next(pending)
-                if memoryview(raw).nbytes != nbytes:
-                    raise CorruptError(f"a raw buffer of {nbytes} bytes arrived as {memoryview(raw).nbytes} bytes")
-                buffers.append(raw)
-                continue
-            out = np.empty(nbytes, np.uint8)
-            nchunks = -(-nbytes // chunk_size)
-            _wire.decompress_into(out, chunk_size, [next(pending) for _ in range(nchunks)], _WIRE.options.threads)
-            buffers.append(out)
-    except StopIteration:
-        raise CorruptError("a dask message with fewer frames than its blpickle header lists") from None
-    return _wire.unpickle_graph(frames[0], buffers)
+    if not frames:
+        raise CorruptError("a dask message without frames")
+    received = _wire.FrameSequence(frames[1:], "a dask message")
+    return _wire.unpickle_graph(frames[0], _wire.receive_buffers(layout, received, _WIRE.options.threads))
 
 
 def register() -> None:

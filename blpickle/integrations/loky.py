@@ -11,12 +11,14 @@ vendors (and of a standalone ``loky`` if installed); loky hands the name to ever
 each task, so workers pickle their results with blpickle too.
 
 What changes. loky writes each message as one pickle that the other side reads with plain
-``pickle.loads``; this module's `Pickler` writes such a pickle too, but inside it the
-object graph is a protocol-5 pickle whose big buffers follow on their own, each one either raw
-(written from the array's memory, received as a writable ``bytearray`` the array is rebuilt
-around: no further copy) or as Blosc2 chunks when a sample shows that compression pays.
-joblib's default pickles a result array twice (a nested ``pickle.dumps`` inside loky's
-cloudpickle) and receives it through two more copies.
+``pickle.loads``; this module's `Pickler` writes such a pickle too. An object with no big
+buffer is pickled by the C pickler with loky's reducers (cloudpickle where it cannot, and for
+what names ``__main__``, as loky's default does): that pickle is the message. Otherwise the
+message is an envelope: inside it the object is a protocol-5 pickle whose big buffers follow
+on their own, each one either raw (written from the array's memory, received as a writable
+``bytearray`` the array is rebuilt around: no further copy) or as Blosc2 chunks when a sample
+shows that compression pays. joblib's default pickles a result array twice (a nested
+``pickle.dumps`` inside loky's cloudpickle) and receives it through two more copies.
 
 What stays. joblib's auto-memmapping: arrays over ``max_nbytes`` (default 1 MB) sent to
 workers are still dumped once to a shared temporary file and memory-mapped by the workers (so
@@ -28,16 +30,15 @@ as ``job_reducers``/``result_reducers`` are kept.
 
 from __future__ import annotations
 
-import io
+import copyreg
 import json
 import os
 import pickle
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import cloudpickle
 import numpy as np
 
 from ..errors import CorruptError
@@ -87,7 +88,7 @@ def configure(preset: Any = None, **options: Any) -> WireOptions:
 
 
 def _set_loky_pickler(name: str | None) -> None:
-    from joblib.externals.loky import set_loky_pickler
+    from joblib.externals.loky import set_loky_pickler  # type: ignore[import-untyped]  # joblib ships no type information
 
     set_loky_pickler(name)
     standalone = sys.modules.get("loky")
@@ -111,79 +112,72 @@ def disable() -> None:
 # --- the pickler -----------------------------------------------------------------------------
 
 
-def _joblib_aware(reducer: Callable[[Any], Any], ours: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Wrap joblib's array reducer so that blpickle takes the arrays joblib would pickle, and
-    joblib keeps those it memory-maps."""
+def _joblib_aware(table: Mapping[Any, Any]) -> Callable[[_wire.ArrayReducer], _wire.ArrayReducer]:
+    """Return what makes the array reducer of a pickling from blpickle's: joblib's array
+    reducer in ``table``, if any, keeps the arrays joblib memory-maps and leaves blpickle the
+    others; any other reducer of the table is respected as it is."""
+    reducer: Any = table.get(np.ndarray)
     joblib = _host_internals.joblib_memmapping()
-    if joblib is None:
+
+    def wrap(ours: _wire.ArrayReducer) -> _wire.ArrayReducer:
+        if reducer is None:
+            return ours
+        if joblib is None:
+            return reducer
+        backing = joblib.backing_memmap
+        if isinstance(reducer, joblib.forward):
+            max_nbytes = joblib.max_nbytes(reducer)
+
+            def reduce_forward(array: np.ndarray) -> Any:
+                if isinstance(backing(array), np.memmap):
+                    return reducer(array)  # a reference to the file it maps
+                if max_nbytes is not None and not array.dtype.hasobject and array.nbytes > max_nbytes:
+                    return reducer(array)  # joblib dumps it once to a shared file
+                return ours(array)
+
+            return reduce_forward
+        if reducer is joblib.backward:
+
+            def reduce_backward(array: np.ndarray) -> Any:
+                mapped = backing(array)
+                if isinstance(mapped, np.memmap) and mapped.filename not in joblib.temporary_files:
+                    return reducer(array)  # a memmap of the user's: a reference
+                return ours(array)
+
+            return reduce_backward
         return reducer
-    backing = joblib.backing_memmap
-    if isinstance(reducer, joblib.forward):
-        max_nbytes = joblib.max_nbytes(reducer)
 
-        def reduce_forward(array: np.ndarray) -> Any:
-            if isinstance(backing(array), np.memmap):
-                return reducer(array)  # a reference to the file it maps
-            if max_nbytes is not None and not array.dtype.hasobject and array.nbytes > max_nbytes:
-                return reducer(array)  # joblib dumps it once to a shared file
-            return ours(array)
-
-        return reduce_forward
-    if reducer is joblib.backward:
-
-        def reduce_backward(array: np.ndarray) -> Any:
-            mapped = backing(array)
-            if isinstance(mapped, np.memmap) and mapped.filename not in joblib.temporary_files:
-                return reducer(array)  # a memmap of the user's: a reference
-            return ours(array)
-
-        return reduce_backward
-    return reducer
+    return wrap
 
 
-class Pickler(cloudpickle.Pickler):
+class Pickler(pickle.Pickler):
     """A pickler for loky: writes a plain pickle that carries a blpickle transfer.
 
     ``Pickler(file, protocol=None)``; ``dump(obj)`` writes one pickle to ``file`` that
-    ``pickle.loads`` turns back into ``obj`` (blpickle must be importable there). Array
-    reducers in the dispatch table that come from joblib are adapted as the module docstring
-    says; any other reducer is respected.
+    ``pickle.loads`` turns back into ``obj`` (blpickle must be importable there): the pickle
+    of ``obj`` itself when it has no big buffer, else an envelope that brings its buffers.
+    The dispatch table loky gives it is used (copyreg's by default); array reducers in it that
+    come from joblib are adapted as the module docstring says.
     """
 
     def __init__(self, file: Any, protocol: int | None = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(file, 5)
         self._bl_file = file
-        self._bl_wire = _WIRE
-        self._bl_graph = io.BytesIO()
-        self._bl_collector = _wire._Collector(self._bl_wire)
-        table = _wire.base_dispatch_table("cloudpickle")
-        table[np.ndarray] = table[np.memmap] = self._bl_collector.reduce_array
-        self.dispatch_table = table
-        cloudpickle.Pickler.__init__(self, self._bl_graph, protocol=5, buffer_callback=self._bl_collector.take)
-
-    def _bl_adapt_reducers(self) -> None:
-        table = self.dispatch_table
-        ours = self._bl_collector.reduce_array
-        for kind in (np.ndarray, np.memmap):
-            reducer = table.get(kind)
-            if reducer is not None and reducer is not ours:
-                table[kind] = _joblib_aware(reducer, ours)
 
     def dump(self, obj: Any) -> None:
-        if isinstance(self.dispatch_table, dict):
-            self._bl_adapt_reducers()
-        self._bl_graph.seek(0)
-        self._bl_graph.truncate()
-        self._bl_collector.buffers.clear()
-        self.clear_memo()  # each dump is a pickle of its own
-        super().dump(obj)
-        buffers = self._bl_collector.buffers
-        _wire.plan(buffers, self._bl_wire)
-        graph = self._bl_graph.getbuffer()
+        wire = _WIRE
+        table = getattr(self, "dispatch_table", None)
+        if table is None:
+            table = copyreg.dispatch_table
+        graph, buffers = _wire.pickle_graph(obj, wire, table, main_by_value=True, wrap_arrays=_joblib_aware(table))
         try:
-            _write_envelope(self._bl_file, graph, buffers, self._bl_wire)
+            if not buffers:
+                self._bl_file.write(graph)
+                return
+            _wire.plan_buffers(buffers, wire)
+            _write_envelope(self._bl_file, graph, buffers, wire)
         finally:
             graph.release()
-            buffers.clear()
 
 
 # --- the envelope: a plain pickle calling _open(head, graph, *frames) ---------------------------
@@ -217,7 +211,7 @@ def _write_envelope(file: Any, graph: memoryview, buffers: list[_wire.Buffer], w
             write(_BYTEARRAY8 + _U64.pack(buffer.nbytes))  # arrives as a writable bytearray
             write(buffer.view)
             continue
-        for packed in _wire.compressed_chunks(buffer, wire.options):
+        for packed in _wire.compressed_chunks(buffer, wire.options.threads):
             write(_BINBYTES8 + _U64.pack(len(packed)))
             write(packed)
     write(_TUPLE + _REDUCE + _STOP)
@@ -232,19 +226,6 @@ def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
         )
     if len(head) != _HEAD.size + count * _DESC.size:
         raise CorruptError("a loky message with a damaged head")
-    pending = iter(frames)
-    buffers = []
-    for index in range(count):
-        nbytes, chunk_size = _DESC.unpack_from(head, _HEAD.size + index * _DESC.size)
-        _wire.check_layout(nbytes, chunk_size)
-        if not chunk_size:
-            raw = next(pending)
-            if len(raw) != nbytes:
-                raise CorruptError(f"a raw buffer of {nbytes} bytes arrived as {len(raw)} bytes")
-            buffers.append(raw)
-            continue
-        out = np.empty(nbytes, np.uint8)
-        nchunks = -(-nbytes // chunk_size)
-        _wire.decompress_into(out, chunk_size, [next(pending) for _ in range(nchunks)], _WIRE.options.threads)
-        buffers.append(out)
-    return pickle.loads(graph, buffers=buffers)
+    layout = [_DESC.unpack_from(head, _HEAD.size + index * _DESC.size) for index in range(count)]
+    frames_in = _wire.FrameSequence(frames, "a loky message")
+    return _wire.unpickle_graph(graph, _wire.receive_buffers(layout, frames_in, _WIRE.options.threads))

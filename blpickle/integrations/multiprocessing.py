@@ -9,50 +9,44 @@ with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as ex: ...
 q = ctx.Queue(); r, w = ctx.Pipe()
 ```
 
-Objects then travel as a small cloudpickle (protocol 5, so lambdas and functions defined in
-``__main__`` travel too) followed by each big buffer on its own: a raw buffer goes from the
-array's memory straight into the pipe (``os.writev``) and is read straight into the memory of
-the received array (``os.readv``), with no pickle-sized byte string on either side; a buffer
-that a sample shows to be compressible goes as Blosc2 chunks, compressed in threads while
-earlier chunks are written, decompressed in threads while later ones are read. Received arrays
-are writable. Each part is one ``Connection`` message (the standard length prefix), so a plain
-pickle sent by the standard library can still be received.
+Objects then travel as a protocol-5 pickle, written by the C pickler with multiprocessing's
+reducers, or by cloudpickle where it cannot (lambdas, closures; under spawn and forkserver
+also what names ``__main__``, which those children may not define). An object with no big
+buffer is one standard message holding that pickle: what the standard library sends, at its
+cost. Otherwise the message holds a head and the pickle, and each big buffer follows: a raw
+buffer goes from the array's memory straight into the pipe (``os.writev``) and is read
+straight into the memory of the received array (``os.readv``), with no pickle-sized byte
+string on either side; a buffer that a sample shows to be compressible goes as Blosc2
+chunks, compressed in threads while earlier chunks are written, decompressed in threads while
+later ones are read. Received arrays are writable. A plain pickle sent by the standard library
+can still be received.
 
 Why a context rather than ``ctx.reducer = ...``: ``multiprocessing`` binds its pickler into
 ``connection`` and ``queues`` when they are imported, and pickles everything into one bytes
 object before writing it. A `BlpickleContext` instead hands out its own
 `Connection` (``send``/``recv`` overridden), and queues built on it; nothing global
 changes.
-``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from the standard
-``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in place when
-the executor passes it to its first worker, so arguments travel with blpickle too.
+The queues keep the standard ``put``/``get`` and feeder thread, on a pipe of blpickle
+connections. ``concurrent.futures.ProcessPoolExecutor`` builds its call queue itself, from
+the standard ``Queue`` class; the context's ``Process`` upgrades that (still unused) queue in
+place when the executor passes it to its first worker, so arguments travel with blpickle too.
+The private names of multiprocessing this takes are in `._host_internals`.
 
 Unix only (``os.writev``/``os.readv`` on the pipe's file descriptor).
 """
 
 from __future__ import annotations
 
-import collections
-import copyreg
-import io
+import itertools
 import multiprocessing
-import os
 import pickle
-import socket
-import struct
-import sys
-import time
-from multiprocessing import connection as _connection
+import threading
 from multiprocessing import context as _context
 from multiprocessing import queues as _queues
-from multiprocessing import reduction as _reduction
-from queue import Empty, Full
 from typing import Any
 
-import numpy as np
-
-from ..errors import CorruptError
 from . import _host_internals, _wire
+from ._mp_connection import MAGIC, Connection, Pipe, dispatch_table, make_pipe
 from ._wire import WireOptions, wire_options
 
 __all__ = [
@@ -68,336 +62,122 @@ __all__ = [
     "uninstall",
 ]
 
-_MAGIC = b"\xb1BLW"
-_VERSION = 1
-_HEAD = struct.Struct("<4sBBHI")  # magic, version, flags, reserved, number of buffers
-_DESC = struct.Struct("<QQ")  # nbytes, chunk size (0: raw)
-_SIZE = struct.Struct("!i")  # multiprocessing's message length prefix ...
-_BIG_SIZE = struct.Struct("!Q")  # ... after -1 for messages over 2 GiB - 1
-_IOV_MAX = 1024
-#: multiprocessing's Connection can't carry more than this in one message length
-_MAX_SMALL = 0x7FFFFFFF
-#: small first messages are read into a bytearray, bigger ones into uninitialised memory
-_SMALL_READ = 1 << 20
-
-if sys.platform == "win32":  # pragma: no cover - the pipes here are Unix file descriptors
-    raise ImportError("blpickle.integrations.multiprocessing needs Unix pipes (os.writev/os.readv)")
-
-
-# --- the connection --------------------------------------------------------------------------
-
-
-class _Message:
-    """An encoded object: the first message (head and pickle) and the planned buffers."""
-
-    __slots__ = ("buffers", "graph", "head")
-
-    def __init__(self, head: bytes, graph: memoryview, buffers: list[_wire.Buffer]) -> None:
-        self.head = head
-        self.graph = graph
-        self.buffers = buffers
-
-
-def _size_prefix(size: int) -> bytes:
-    if size > _MAX_SMALL:
-        return _SIZE.pack(-1) + _BIG_SIZE.pack(size)
-    return _SIZE.pack(size)
-
-
-def _write_all(fd: int, parts: list[Any]) -> None:
-    """Write every part with as few ``writev`` calls as the kernel allows."""
-    views = [memoryview(part).cast("B") for part in parts]
-    views = [view for view in views if view.nbytes]
-    while views:
-        written = os.writev(fd, views[:_IOV_MAX])
-        while written:
-            first = views[0]
-            if written >= first.nbytes:
-                written -= first.nbytes
-                views.pop(0)
-            else:
-                views[0] = first[written:]
-                written = 0
-
-
-def _read_exact(fd: int, view: memoryview, at_start: bool = False) -> None:
-    """Fill ``view`` from ``fd``; EOFError when the peer closed before a message."""
-    done, size = 0, view.nbytes
-    while done < size:
-        count = os.readv(fd, [view[done:]])
-        if not count:
-            if at_start and done == 0:
-                raise EOFError
-            raise OSError("got end of file during message")
-        done += count
-
-
-def _read_size(fd: int, at_start: bool = False) -> int:
-    prefix = bytearray(_SIZE.size)
-    _read_exact(fd, memoryview(prefix), at_start)
-    (size,) = _SIZE.unpack(prefix)
-    if size == -1:
-        big = bytearray(_BIG_SIZE.size)
-        _read_exact(fd, memoryview(big))
-        (size,) = _BIG_SIZE.unpack(big)
-    elif size < 0:
-        raise CorruptError(f"a message announces {size} bytes")
-    return size
-
-
-class Connection(_connection.Connection):
-    """A multiprocessing ``Connection`` whose ``send``/``recv`` move objects with blpickle.
-
-    ``send_bytes``, ``recv_bytes``, ``recv_bytes_into`` and ``poll`` are unchanged. Pickled to
-    a child process (or through a queue), it stays a blpickle connection with the same
-    options.
-
-    Args:
-        handle: the file descriptor.
-        options: a `WireOptions` (see `get_context`).
-    """
-
-    def __init__(
-        self,
-        handle: int,
-        readable: bool = True,
-        writable: bool = True,
-        *,
-        options: WireOptions | None = None,
-    ) -> None:
-        super().__init__(handle, readable, writable)
-        self._wire = options if options is not None else WireOptions()
-
-    @property
-    def options(self) -> WireOptions:
-        """The `WireOptions` of this connection."""
-        return self._wire
-
-    def send(self, obj: Any) -> None:
-        """Send a picklable object (lambdas and ``__main__`` functions included)."""
-        self._check_closed()
-        self._check_writable()
-        self._transmit(self._encode(obj))
-
-    def recv(self) -> Any:
-        """Receive an object sent by `send` (or a plain multiprocessing message)."""
-        self._check_closed()
-        self._check_readable()
-        return self._receive()
-
-    def _encode(self, obj: Any) -> _Message:
-        """Pickle ``obj`` and decide how each buffer travels; nothing is written yet, so a
-        pickling error leaves the connection usable."""
-        graph, buffers = _wire.pickle_graph(obj, self._wire, _forking_reducers())
-        _wire.plan(buffers, self._wire)
-        head = [_HEAD.pack(_MAGIC, _VERSION, 0, 0, len(buffers))]
-        head.extend(_DESC.pack(buffer.nbytes, buffer.chunk_size) for buffer in buffers)
-        return _Message(b"".join(head), graph, buffers)
-
-    def _transmit(self, message: _Message) -> None:
-        fd = self._handle
-        _write_all(
-            fd,
-            [_size_prefix(len(message.head) + message.graph.nbytes), message.head, message.graph],
-        )
-        for buffer in message.buffers:
-            if not buffer.chunk_size:
-                _write_all(fd, [_size_prefix(buffer.nbytes), buffer.view])
-                continue
-            for packed in _wire.compressed_chunks(buffer, self._wire.options):
-                _write_all(fd, [_size_prefix(len(packed)), packed])
-
-    def _receive(self) -> Any:
-        fd = self._handle
-        size = _read_size(fd, at_start=True)
-        first: Any = bytearray(size) if size <= _SMALL_READ else np.empty(size, np.uint8)
-        _read_exact(fd, memoryview(first))
-        if size < _HEAD.size or bytes(first[: len(_MAGIC)]) != _MAGIC:
-            return pickle.loads(first)  # a plain multiprocessing message
-        _magic, version, _flags, _reserved, count = _HEAD.unpack_from(first)
-        if version != _VERSION:
-            raise CorruptError(
-                f"a message of blpickle transfer version {version}; this blpickle reads version {_VERSION}"
-            )
-        graph_start = _HEAD.size + count * _DESC.size
-        if graph_start > size:
-            raise CorruptError(f"a message announces {count} buffers in {size} bytes")
-        buffers = []
-        for index in range(count):
-            nbytes, chunk_size = _DESC.unpack_from(first, _HEAD.size + index * _DESC.size)
-            _wire.check_layout(nbytes, chunk_size)
-            buffers.append(self._receive_buffer(fd, nbytes, chunk_size))
-        return _wire.unpickle_graph(memoryview(first)[graph_start:], buffers)
-
-    def _receive_buffer(self, fd: int, nbytes: int, chunk_size: int) -> np.ndarray:
-        out = np.empty(nbytes, np.uint8)
-        if not chunk_size:
-            size = _read_size(fd)
-            if size != nbytes:
-                raise CorruptError(f"a raw buffer of {nbytes} bytes arrived as {size} bytes")
-            _read_exact(fd, memoryview(out))
-            return out
-        limit = _wire.max_chunk_frame(chunk_size)
-
-        def chunks() -> Any:
-            for _ in range(-(-nbytes // chunk_size)):
-                size = _read_size(fd)
-                if size > limit:
-                    raise CorruptError(f"a compressed chunk of {size} bytes for chunks of {chunk_size}")
-                packed = np.empty(size, np.uint8)
-                _read_exact(fd, memoryview(packed))
-                yield packed
-
-        _wire.decompress_into(out, chunk_size, chunks(), self._wire.options.threads)
-        return out
-
-    def __reduce__(self) -> Any:
-        """Pickled for a child process (with multiprocessing's pickler, as a process argument or
-        through a queue), the connection arrives as a duplicate of its file descriptor."""
-        return _rebuild_connection, (_reduction.DupFd(self.fileno()), self.readable, self.writable, self._wire)
-
-
-def _rebuild_connection(df: Any, readable: bool, writable: bool, options: WireOptions) -> Connection:
-    return Connection(df.detach(), readable, writable, options=options)
-
-
-def _forking_reducers() -> dict[Any, Any]:
-    """The reducers multiprocessing's pickler adds to copyreg's (connections, sockets, ...)."""
-    table = _reduction.ForkingPickler(io.BytesIO()).dispatch_table
-    return {cls: reducer for cls, reducer in table.items() if copyreg.dispatch_table.get(cls) is not reducer}
-
-
-def Pipe(duplex: bool = True, *, options: WireOptions | None = None) -> tuple[Connection, Connection]:
-    """Like ``multiprocessing.Pipe``, with blpickle connections."""
-    if duplex:
-        left, right = socket.socketpair()
-        left.setblocking(True)
-        right.setblocking(True)
-        return Connection(left.detach(), options=options), Connection(right.detach(), options=options)
-    read_fd, write_fd = os.pipe()
-    return Connection(read_fd, writable=False, options=options), Connection(write_fd, readable=False, options=options)
-
-
 # --- queues ----------------------------------------------------------------------------------
 
-
-def _context_options(ctx: Any) -> WireOptions:
-    return ctx.wire_options if isinstance(ctx, BlpickleContext) else WireOptions()
-
-
-def _feeder_sender(writer: Connection, pending: collections.deque, sem: Any, onerror: Any) -> Any:
-    """What a queue's feeder thread calls as ``send_bytes``: it ignores the (tiny) pickle of
-    the placeholder it is given and sends the object queued next to it instead.
-
-    Pickling errors are reported like the standard feeder does (``onerror(exc, obj)`` with the
-    object itself, which is what ``concurrent.futures`` needs to fail the right future).
-    """
-
-    def send(placeholder: memoryview) -> None:
-        # Released at once: a pickling error's traceback keeps this frame, and a buffer still
-        # exported when the garbage collector finalises its BytesIO makes close() fail.
-        placeholder.release()
-        obj = pending.popleft()
-        try:
-            message = writer._encode(obj)
-        except Exception as exc:
-            sem.release()
-            onerror(exc, obj)
-            return
-        writer._transmit(message)
-
-    return send
+#: The object this thread received last (see `_QueueConnection.recv_bytes`).
+_passing = threading.local()
 
 
-class _QueueMixin:
-    """Turns a ``multiprocessing.queues.Queue`` (or a subclass) into a blpickle queue.
+class _Unpicklable(Exception):
+    """Raised in a queue's feeder thread for an object blpickle could not pickle (the cause);
+    the queue reports that error with the object to its feeder-error hook."""
 
-    The standard feeder thread pickles each buffered item with the global ForkingPickler and
-    hands the bytes to ``self._send_bytes``: here the buffer only holds ``None`` placeholders
-    (free to pickle) while the objects wait in ``self._pending``, and ``_send_bytes`` sends the
-    object with the blpickle connection. ``get`` receives with the connection.
-    """
+    def __init__(self, obj: Any) -> None:
+        super().__init__("could not pickle a queued object")
+        self.obj = obj
 
-    _reader: Connection
-    _writer: Connection
 
-    def _use_pipe(self, options: WireOptions) -> None:
-        old = (self._reader, self._writer)
-        self._reader, self._writer = Pipe(duplex=False, options=options)
-        for conn in old:
-            conn.close()
-        self._reset()
+def _take_received() -> Any:
+    """Called by ``pickle.loads`` of `_RECEIVED`: the object this thread received last."""
+    obj, _passing.received = _passing.received, None
+    return obj
 
-    def _reset(self, after_fork: bool = False) -> None:
-        super()._reset(after_fork)  # type: ignore[misc]
-        self._pending: collections.deque = collections.deque()
-        if isinstance(self._writer, Connection):
-            self._send_bytes = _feeder_sender(self._writer, self._pending, self._sem, self._on_queue_feeder_error)
+
+class _Received:
+    def __reduce__(self) -> Any:
+        return _take_received, ()
+
+
+#: What `_QueueConnection.recv_bytes` returns for an object received with its buffers.
+_RECEIVED = pickle.dumps(_Received(), protocol=5)
+
+
+class _QueueConnection(Connection):
+    """The pipe of a blpickle queue. The standard queue code puts a token (a small int) in
+    place of each object, pickles it with ``ForkingPickler`` and sends the bytes with
+    ``send_bytes``: here the token's object is sent with blpickle instead. It loads with
+    ``pickle.loads`` what ``recv_bytes`` returns: the pickle of a message without buffers,
+    or `_RECEIVED`, which gives the object this thread just received with its buffers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._parked: dict[int, Any] = {}
+        self._tokens = itertools.count()
+
+    def park(self, obj: Any) -> int:
+        """Keep ``obj`` until its token is sent; return the token."""
+        token = next(self._tokens)
+        self._parked[token] = obj
+        return token
+
+    def unpark(self, token: int) -> None:
+        """Forget the object of a token that will not be sent."""
+        self._parked.pop(token, None)
+
+    def send_bytes(self, buf: Any, offset: int = 0, size: int | None = None) -> None:
+        if self._parked:
+            token = pickle.loads(buf)
+            if type(token) is int and token in self._parked:
+                obj = self._parked.pop(token)
+                try:
+                    message = self._encode(obj)
+                except Exception as exc:
+                    raise _Unpicklable(obj) from exc
+                self._transmit(message)
+                return
+        super().send_bytes(buf, offset, size)
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        first = super().recv_bytes(maxlength)
+        if not first.startswith(MAGIC):
+            return first
+        _passing.received = self._decode(first)
+        return _RECEIVED
+
+    def recv(self) -> Any:
+        return self._decode(super().recv_bytes())
+
+
+def _queue_pipe(ctx: Any) -> tuple[_QueueConnection, _QueueConnection]:
+    if isinstance(ctx, BlpickleContext):
+        return make_pipe(_QueueConnection, False, ctx.wire_options, ctx.main_by_value)
+    return make_pipe(_QueueConnection, False, None, False)
+
+
+class _TokenPutter:
+    """Puts tokens of objects in a standard ``Queue`` (or subclass), and reports an object
+    that could not be pickled to its feeder-error hook as itself."""
 
     def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        if not self._sem.acquire(block, timeout):
-            raise Full
-        with self._notempty:
-            if self._thread is None:
-                self._start_thread()
-            self._pending.append(obj)
-            self._buffer.append(None)
-            self._notempty.notify()
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        if block and timeout is None:
-            with self._rlock:
-                obj = self._reader.recv()
-            self._sem.release()
-            return obj
-        if block:
-            deadline = time.monotonic() + timeout
-        if not self._rlock.acquire(block, timeout):
-            raise Empty
+        writer = _host_internals.queue_writer(self)
+        token = writer.park(obj)
         try:
-            if block:
-                if not self._poll(deadline - time.monotonic()):
-                    raise Empty
-            elif not self._poll():
-                raise Empty
-            obj = self._reader.recv()
-            self._sem.release()
-        finally:
-            self._rlock.release()
-        return obj
+            super().put(token, block, timeout)  # type: ignore[misc]
+        except BaseException:
+            writer.unpark(token)
+            raise
+
+    def _on_queue_feeder_error(self, e: Exception, obj: Any) -> None:
+        if isinstance(e, _Unpicklable) and isinstance(e.__cause__, Exception):
+            super()._on_queue_feeder_error(e.__cause__, e.obj)  # type: ignore[misc]
+        else:
+            super()._on_queue_feeder_error(e, obj)  # type: ignore[misc]
 
 
-class Queue(_QueueMixin, _queues.Queue):
+class Queue(_TokenPutter, _queues.Queue):
     """``multiprocessing.Queue`` with blpickle transfers; build it with ``ctx.Queue()``."""
 
     def __init__(self, maxsize: int = 0, *, ctx: Any) -> None:
         super().__init__(maxsize, ctx=ctx)
-        self._use_pipe(_context_options(ctx))
+        _host_internals.replace_queue_pipe(self, *_queue_pipe(ctx))
 
 
-class JoinableQueue(_QueueMixin, _queues.JoinableQueue):
+class JoinableQueue(_TokenPutter, _queues.JoinableQueue):
     """``multiprocessing.JoinableQueue`` with blpickle transfers (``ctx.JoinableQueue()``)."""
 
     def __init__(self, maxsize: int = 0, *, ctx: Any) -> None:
         super().__init__(maxsize, ctx=ctx)
-        self._use_pipe(_context_options(ctx))
-
-    def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
-        if self._closed:
-            raise ValueError(f"Queue {self!r} is closed")
-        if not self._sem.acquire(block, timeout):
-            raise Full
-        with self._notempty, self._cond:
-            if self._thread is None:
-                self._start_thread()
-            self._pending.append(obj)
-            self._buffer.append(None)
-            self._unfinished_tasks.release()
-            self._notempty.notify()
+        _host_internals.replace_queue_pipe(self, *_queue_pipe(ctx))
 
 
 class SimpleQueue(_queues.SimpleQueue):
@@ -407,53 +187,45 @@ class SimpleQueue(_queues.SimpleQueue):
     ``Connection.send`` directly).
     """
 
-    _reader: Connection
-    _writer: Connection
-
     def __init__(self, *, ctx: Any) -> None:
         super().__init__(ctx=ctx)
-        old = (self._reader, self._writer)
-        self._reader, self._writer = Pipe(duplex=False, options=_context_options(ctx))
-        for conn in old:
-            conn.close()
-        self._poll = self._reader.poll
-
-    def get(self) -> Any:
-        with self._rlock:
-            return self._reader.recv()
+        _host_internals.replace_queue_pipe(self, *_queue_pipe(ctx))
 
     def put(self, obj: Any) -> None:
-        message = self._writer._encode(obj)  # pickle before taking the lock
-        if self._wlock is None:
-            self._writer._transmit(message)
-        else:
-            with self._wlock:
-                self._writer._transmit(message)
+        writer = _host_internals.queue_writer(self)
+        message = writer._encode(obj)  # before taking the lock, as the standard put does
+        lock = _host_internals.simple_queue_write_lock(self)
+        if lock is None:
+            writer._transmit(message)
+            return
+        with lock:
+            writer._transmit(message)
 
 
-class _CallQueue(_QueueMixin, _host_internals.CallQueue):
-    """What a ``concurrent.futures`` call queue becomes in a blpickle context."""
+class _CallQueue(_TokenPutter, _host_internals.CallQueue):
+    """What a ``concurrent.futures`` call queue becomes in a blpickle context (the executor
+    fails the future of a call item that could not be pickled, as usual)."""
 
 
-def _upgrade_call_queue(queue: Any, options: WireOptions) -> None:
+def _upgrade_call_queue(queue: Any, ctx: BlpickleContext) -> None:
     """Turn the call queue of a ``ProcessPoolExecutor`` into a blpickle queue, in place.
 
-    Only a queue of exactly the standard type that was never used (no feeder thread yet, as
-    when the executor starts its first worker) is changed; anything else is left alone and
-    keeps working with standard pickling.
+    Only a queue of exactly the standard type that was never used (as when the executor
+    starts its first worker) is changed; anything else is left alone and keeps working with
+    standard pickling.
     """
     if _host_internals.is_unused_call_queue(queue):
         _host_internals.give_call_queue_class(queue, _CallQueue)
-        queue._use_pipe(options)
+        _host_internals.replace_queue_pipe(queue, *_queue_pipe(ctx))
 
 
 # --- processes -------------------------------------------------------------------------------
 
 
 class _CloudTarget:
-    """Spawned and forkserver children get their target and arguments through cloudpickle,
-    so a lambda or a function defined in ``__main__`` can be a ``Process`` target or a pool
-    initializer, as with loky."""
+    """Spawned and forkserver children get their target and arguments through cloudpickle
+    (once per process), so a lambda or a function defined in ``__main__`` can be a
+    ``Process`` target or a pool initializer, as with loky."""
 
     _target: Any
     _args: Any
@@ -462,9 +234,7 @@ class _CloudTarget:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         call = (state.pop("_target", None), state.pop("_args", ()), state.pop("_kwargs", {}))
-        options = WireOptions(options=_wire.TRANSFER_DEFAULTS)
-        graph, _ = _wire.pickle_graph(call, options, _forking_reducers(), out_of_band=False)
-        state["_blpickle_call"] = bytes(graph)
+        state["_blpickle_call"] = bytes(_wire.cloudpickle_in_band(call, dispatch_table()))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -508,6 +278,9 @@ class BlpickleContext(_context.BaseContext):
         self._base = base
         self._process_class = _PROCESSES[self._name]
         self.wire_options = options if options is not None else WireOptions()
+        #: A forked child has everything ``__main__`` defined; other children only what the
+        #: script defines outside ``if __name__ == "__main__":``.
+        self.main_by_value = self._name != "fork"
 
     def __repr__(self) -> str:
         return f"<BlpickleContext {self._name!r} {self.wire_options}>"
@@ -515,7 +288,7 @@ class BlpickleContext(_context.BaseContext):
     def __reduce__(self) -> Any:
         return BlpickleContext, (self._name, self.wire_options)
 
-    def get_context(self, method: str | None = None) -> BlpickleContext:
+    def get_context(self, method: str | None = None) -> BlpickleContext:  # type: ignore[override]
         if method is None or method == self._name:
             return self
         return BlpickleContext(method, self.wire_options)
@@ -548,12 +321,12 @@ class BlpickleContext(_context.BaseContext):
         switched to blpickle first.
         """
         for arg in args:
-            _upgrade_call_queue(arg, self.wire_options)
+            _upgrade_call_queue(arg, self)
         return self._process_class(group, target, name, args, kwargs or {}, daemon=daemon)
 
     def Pipe(self, duplex: bool = True) -> tuple[Connection, Connection]:
         """A pair of blpickle `Connection` objects."""
-        return Pipe(duplex, options=self.wire_options)
+        return Pipe(duplex, options=self.wire_options, main_by_value=self.main_by_value)
 
     def Queue(self, maxsize: int = 0) -> Queue:
         return Queue(maxsize, ctx=self)
