@@ -15,7 +15,8 @@ import pytest
 import blpickle
 from blpickle import format as fmt
 from blpickle.buffers import spread_sample
-from blpickle.options import choose_codec, compress_chunk
+from blpickle.chunks import compress_chunk
+from blpickle.policy import choose_codec
 
 from .datasets import ENTROPIES, make_array, make_objects
 

@@ -26,17 +26,8 @@ from .errors import (
 )
 from .info import BufferInfo, RecordInfo, inspect
 from .options import PRESETS, Options
-from .pickler import (
-    DEFAULT_PROTOCOL,
-    HIGHEST_PROTOCOL,
-    CloudPickler,
-    Pickler,
-    Unpickler,
-    dump,
-    dumps,
-    load,
-    loads,
-)
+from .pickler import DEFAULT_PROTOCOL, HIGHEST_PROTOCOL, CloudPickler, Pickler, dump, dumps
+from .unpickler import Unpickler, load, loads
 
 __version__ = "0.1.0"
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .pickler import dump as blpickle_dump
-from .pickler import load as blpickle_load
+from .unpickler import load as blpickle_load
 
 __all__ = ["DATASETS", "Method", "format_table", "make_dataset", "methods", "run"]
 

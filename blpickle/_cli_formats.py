@@ -27,7 +27,7 @@ from .files import atomic_write
 from .info import pickle_globals
 from .integrations import JOBLIB_MAGIC
 from .pickler import dump as blpickle_dump
-from .pickler import load as blpickle_load
+from .unpickler import load as blpickle_load
 
 __all__ = [
     "EXTENSIONS",

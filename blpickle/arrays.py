@@ -31,7 +31,7 @@ def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order:
     # Python-level checks: a forest of 400 small arrays loads ~10% faster.
     if isinstance(dtype, np.dtype) and order in ("C", "F"):
         try:
-            array = np.frombuffer(buffer, dtype=dtype).reshape(shape, order=order)
+            array = np.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if order == "F" else "C")
         except (TypeError, ValueError):
             pass
         else:
@@ -54,7 +54,7 @@ def _mismatch(buffer: Any, dtype: Any, shape: Any, order: Any) -> str:
     return f"an array of shape {shape} and dtype {dtype} needs {needed} bytes, its buffer holds {nbytes}"
 
 
-def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytearray) -> tuple[Any, tuple[Any, ...]]:
+def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytes | bytearray) -> tuple[Any, tuple[Any, ...]]:
     """Return the reduce value that rebuilds ``array`` from ``buffer``: an out-of-band
     placeholder, or a copy of the data in band (``array.tobytes(order="A")``).
 

@@ -39,15 +39,16 @@ class Payload:
 
     def __init__(
         self,
-        contiguous: memoryview | None,
-        strided: np.ndarray | None,
+        data: memoryview | np.ndarray,
         itemsize: int,
         dtype: np.dtype | None = None,
         shape: tuple[int, ...] | None = None,
     ) -> None:
-        self._contiguous = contiguous
-        self._strided = strided
-        self.nbytes = contiguous.nbytes if contiguous is not None else strided.nbytes
+        """``data``: a contiguous ``"B"`` memoryview, or a strided array (copied a chunk at a
+        time when read)."""
+        self._contiguous = data if isinstance(data, memoryview) else None
+        self._strided = data if isinstance(data, np.ndarray) else None
+        self.nbytes = data.nbytes
         self.itemsize = shuffle_typesize(itemsize, dtype)
         self.dtype = dtype
         self.shape = shape
@@ -57,13 +58,13 @@ class Payload:
         """Wrap a numpy array (any order, any strides; not an object array) without copying."""
         if array.flags.c_contiguous or array.flags.f_contiguous:
             flat = array.reshape(-1, order="A").view(np.uint8)
-            return cls(memoryview(flat), None, array.itemsize, array.dtype, array.shape)
-        return cls(None, array, array.itemsize, array.dtype, array.shape)
+            return cls(flat.data, array.itemsize, array.dtype, array.shape)
+        return cls(array, array.itemsize, array.dtype, array.shape)
 
     @classmethod
     def from_picklebuffer(cls, buffer: PickleBuffer) -> Payload:
         """Wrap a contiguous PickleBuffer; its format gives the element size."""
-        return cls(buffer.raw(), None, memoryview(buffer).itemsize)
+        return cls(buffer.raw(), memoryview(buffer).itemsize)
 
     def sample(self, size: int) -> Any:
         """Return about ``size`` bytes of the data for choosing how to compress it (see
@@ -77,7 +78,7 @@ class Payload:
         """Chunks of strided data must hold whole elements."""
         return 1 if self._strided is None else self._strided.itemsize
 
-    def chunks(self, chunk_size: int) -> Iterator[memoryview | np.ndarray]:
+    def chunks(self, chunk_size: int) -> Iterator[memoryview]:
         """Yield the data in pieces of ``chunk_size`` bytes (a multiple of ``chunk_multiple``).
 
         Contiguous data is sliced without copying; strided data is copied one piece at a time.
@@ -87,11 +88,12 @@ class Payload:
                 yield self._contiguous[start : start + chunk_size]
             return
         array = self._strided
+        assert array is not None  # one of the two is set
         step = chunk_size // array.itemsize
         for start in range(0, array.size, step):
             piece = np.empty(min(step, array.size - start), dtype=array.dtype)
             _copy_flat_range(array, start, start + piece.size, piece)
-            yield piece.view(np.uint8)
+            yield piece.view(np.uint8).data
 
 
 def spread_sample(data: Any, size: int, align: int = 1, pieces: int = 4) -> Any:

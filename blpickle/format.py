@@ -6,8 +6,14 @@ A record is:
 preamble | header | header checksum | frames of stream 0 .. n-1 | trailer block
 ```
 
-Everything here is pure encoding and decoding with validation; reading and writing the
-frames lives in `blpickle.stream`.
+or, for the compact kind (a small pickle and no out-of-band buffer):
+
+```text
+preamble (flag compact) | pickle | checksum
+```
+
+Everything here is pure encoding and decoding with validation; writing and reading the
+frames lives in `blpickle.writer` and `blpickle.reader`.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type information
 import xxhash
 
 from .errors import BadMagicError, CorruptError, LimitError, LoadError, UnsupportedVersionError
@@ -32,6 +38,9 @@ MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
 VERSION_MAJOR = 1
 VERSION_MINOR = 0
+#: The minor version that added the compact kind: compact records are marked 1.1, full records
+#: (which hold nothing a 1.0 reader does not know) 1.0.
+COMPACT_MINOR = 1
 
 PREAMBLE = struct.Struct("<8sBBHI")  # magic, major, minor, flags, header size
 U64 = struct.Struct("<Q")
@@ -39,6 +48,14 @@ FOOTER = struct.Struct("<QQ8s")  # trailer size, trailer checksum, END_MAGIC
 
 #: Preamble flag: the trailer holds an HMAC-SHA256 signature of the record.
 FLAG_SIGNED = 1
+#: Preamble flag (from version 1.1): a compact record, whose "header" is the pickle itself,
+#: with no frames and no trailer after its checksum.
+FLAG_COMPACT = 2
+#: The bytes a compact record adds to its pickle: the preamble and the checksum.
+COMPACT_OVERHEAD = 16 + 8
+#: The preamble of every compact record up to its size field.
+_COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, COMPACT_MINOR, FLAG_COMPACT)
+_U32 = struct.Struct("<I")
 
 #: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
 ALIGNMENT = 64
@@ -130,6 +147,42 @@ def check_header_size(header_size: int) -> None:
         raise LimitError(f"header size {header_size} is over the limit of {MAX_HEADER_SIZE} bytes")
 
 
+def encode_compact(pickle: Any) -> bytes:
+    """Return the compact record of a pickle: preamble (version 1.1, flag compact, the
+    pickle's size), the pickle, then XXH3-64 of both (seed 0)."""
+    head = _COMPACT_PREFIX + _U32.pack(len(pickle)) + pickle
+    return head + U64.pack(xxhash.xxh3_64_intdigest(head))
+
+
+def checked_compact_pickle(data: Any) -> Any:
+    """Return the pickle (bytes-like) of the compact record ``data`` holds from its start,
+    once its preamble is the one blpickle writes (1.1, flags compact only) and its checksum is
+    right; None for anything else (a full record, damaged input, plain pickle data), which the
+    record reader reads or reports in full."""
+    if type(data) is not bytes:
+        data = memoryview(data).cast("B")
+    if data[: len(_COMPACT_PREFIX)] != _COMPACT_PREFIX or len(data) < COMPACT_OVERHEAD:
+        return None
+    end = PREAMBLE.size + _U32.unpack_from(data, len(_COMPACT_PREFIX))[0]
+    if len(data) < end + U64.size or xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]:
+        return None
+    return data[PREAMBLE.size : end]
+
+
+def compact_header(pickle: Any) -> Header:
+    """Return the header a compact record stands for: its pickle as one raw stream, with the
+    protocol of its PROTO opcode (0 without one).
+
+    Raises:
+        CorruptError: for a protocol over 5.
+    """
+    view = memoryview(pickle)
+    protocol = view[1] if len(view) >= 2 and view[0] == 0x80 else 0
+    if protocol > 5:
+        raise CorruptError(f"the compact record's pickle declares protocol {protocol}, not 0 to 5")
+    return Header({}, protocol, (StreamInfo(len(view), max(len(view), 1), raw=True),))
+
+
 @dataclasses.dataclass(frozen=True)
 class StreamInfo:
     """One stream of a record: the pickle (stream 0), an out-of-band buffer, or a splice.
@@ -169,7 +222,12 @@ class StreamInfo:
             yield start, min(start + step, self.nbytes)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"nbytes": self.nbytes, "chunk_size": self.chunk_size, "itemsize": self.itemsize, "raw": self.raw}
+        out: dict[str, Any] = {
+            "nbytes": self.nbytes,
+            "chunk_size": self.chunk_size,
+            "itemsize": self.itemsize,
+            "raw": self.raw,
+        }
         if self.dtype is not None:
             out["dtype"] = self.dtype
         if self.shape is not None:
@@ -322,7 +380,8 @@ class FrameIndex:
         signed = doc.get("signature")
         if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or not set(signed) <= _HEX_DIGITS):
             raise CorruptError(f"trailer: 'signature' must be 64 lowercase hex digits, found {signed!r:.80}")
-        return cls(*lists, signature=signed)
+        offsets, csizes, checksums = lists
+        return cls(offsets, csizes, checksums, signature=signed)
 
 
 def total_frames(streams: Sequence[StreamInfo]) -> int:

@@ -17,7 +17,8 @@ from .errors import CorruptError
 from .files import expand, is_path, naming_errors
 from .layout import OPCODE, SPLICE, splices_of, tokens
 from .options import available_threads
-from .stream import FileSource, MemorySource, RecordReader, Source
+from .reader import RecordReader
+from .sources import FileSource, MemorySource, Source
 
 __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
 

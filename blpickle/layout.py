@@ -31,7 +31,7 @@ from typing import Any
 
 from .errors import CorruptError, LoadError
 from .format import Header
-from .stream import RecordReader
+from .reader import RecordReader
 
 __all__ = [
     "ARGUMENT",

@@ -1,4 +1,4 @@
-"""The drop-in Pickler/Unpickler and dump/dumps/load/loads.
+"""The drop-in Pickler and dump/dumps (loading: `blpickle.unpickler`).
 
 Pickling runs the C pickler at protocol 5 into memory (the object graph is small), taking
 every contiguous buffer out of band, then writes one record (`blpickle.format`) with the
@@ -8,58 +8,37 @@ does not start with blpickle's magic is read as plain pickle data.
 
 from __future__ import annotations
 
-import functools
 import io
+import os
 import pickle
-import struct
 import sys
-import traceback
-from collections.abc import Callable, Iterable, Iterator
+import threading
+from collections.abc import Callable
 from contextlib import ExitStack
 from pickle import PickleBuffer
 from typing import Any, BinaryIO
 
-import cloudpickle
+import cloudpickle  # type: ignore[import-untyped]  # cloudpickle ships no type information
 import numpy as np
 
 from . import format as fmt
 from .arrays import pickle_keeps_dtype, reduce_ndarray
 from .buffers import Payload
 from .errors import (
-    BadMagicError,
-    BlpickleError,
-    CorruptError,
-    LimitError,
-    LoadError,
     OptionsError,
-    SignatureError,
-    TruncatedError,
 )
-from .files import atomic_write, expand, is_path, naming_errors
-from .layout import PickleFile, open_pickle
-from .options import PRESETS, Options, PicklerKind, resolve_options
-from .restricted import RestrictedUnpickler
-from .safe import Policy
-from .stream import (
-    FileSource,
-    MemorySource,
-    PackedStream,
-    RecordReader,
-    Source,
-    map_file,
-    write_record,
-)
+from .files import atomic_write
+from .options import PRESETS, Options, PicklerKind, check_key, resolve_options
+from .policy import fits_compact, plan_graph
+from .writer import CountingWriter, PackedStream, Pickled, write_pickled
 
 __all__ = [
     "DEFAULT_PROTOCOL",
     "HIGHEST_PROTOCOL",
     "CloudPickler",
     "Pickler",
-    "Unpickler",
     "dump",
     "dumps",
-    "load",
-    "loads",
 ]
 
 HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -74,57 +53,64 @@ INBAND_LIMIT = 64 << 10
 #: Payloads the pickler writes in band (bytes, bytearray, str) from this size are spliced out.
 #: Frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
 SPLICE_LIMIT = 1 << 20
-#: What the C unpickler raises for a malformed stream. In a record the stream passed its
-#: checksum, so these, and any other error the unpickler raises itself (TypeError,
-#: AttributeError, SystemError for opcodes applied to the wrong objects; MemoryError for a
-#: declared size: LimitError), mean a forged or damaged record: they become CorruptErrors.
-#: Other errors raised by the Python code the pickle calls (a class's ``__setstate__``, the
-#: import of a missing module) pass through unchanged, except in a restricted load.
-_MALFORMED_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, struct.error, IndexError, KeyError, OverflowError)
-MMAP_MODES = (None, "r", "r+", "c")
 
 
 class _Graph:
-    """Where the C pickler writes. The pickle stream is cut into chunks that are compressed in
-    the background as soon as they are complete (a `PackedStream`; kept whole when
-    uncompressed). At protocol 4 and up, the large bytes, bytearray and str payloads the
-    pickler writes on their own (never inside a frame) are kept by reference, to be stored as
-    streams of their own and spliced back in on load."""
+    """Where the C pickler writes. The pickle stream is kept in memory; once it reaches a
+    chunk of `blpickle.policy.plan_graph`, its chunks are compressed in the background as soon
+    as they are complete (a `PackedStream`; never with codec None). At protocol 4 and up, the
+    large bytes, bytearray and str payloads the pickler writes on their own (never inside a
+    frame) are kept by reference, to be stored as streams of their own and spliced back in on
+    load."""
 
     def __init__(self, streams: list[tuple[Payload, int | None]], splice: bool, options: Options) -> None:
         self._streams = streams  # shared with _OutOfBand: streams in the order the pickle uses them
         self._splice = splice
-        self._options = options
-        self.reset()
+        self._plan = plan_graph(options)
+        self._nthreads = options.threads
+        self._chunk_size = sys.maxsize if self._plan.raw else self._plan.chunk_size
+        self._packed: PackedStream | None = None
+        self._tail = bytearray()
+        self._start = 0  # offset of the tail in the pickle stream
 
     def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        if self._splice and view.nbytes >= SPLICE_LIMIT:
-            self._streams.append((Payload(view, None, 1), self._start + len(self._tail)))
-            return view.nbytes
-        self._tail += view
+        nbytes = len(data) if type(data) is bytes else memoryview(data).nbytes
+        if self._splice and nbytes >= SPLICE_LIMIT:
+            self._streams.append((Payload(memoryview(data).cast("B"), 1), self._start + len(self._tail)))
+            return nbytes
+        self._tail += data
+        if len(self._tail) >= self._chunk_size:
+            self._cut()
+        return nbytes
+
+    def _cut(self) -> None:
+        """Hand every complete chunk of the tail to the PackedStream (started on the first)."""
+        if self._packed is None:
+            self._packed = PackedStream(self._plan, self._nthreads)
         chunk_size = self._chunk_size
         while len(self._tail) >= chunk_size:
             self._packed.add(bytes(self._tail[:chunk_size]))
             del self._tail[:chunk_size]
             self._start += chunk_size
-        return view.nbytes
 
-    def finish(self) -> PackedStream | Payload:
-        """Return the whole pickle stream, compressing or whole."""
+    def whole(self) -> bytearray | None:
+        """Return the pickle stream if it is all in memory (it never filled a chunk), else None."""
+        return self._tail if self._packed is None else None
+
+    def finish(self) -> PackedStream | bytearray:
+        """Return the whole pickle stream: compressing, or in memory if it never filled a chunk."""
         if self._packed is None:
-            return Payload(memoryview(self._tail), None, 1)
+            return self._tail
         self._packed.add(bytes(self._tail), last=True)
         return self._packed
 
     def reset(self) -> None:
         """Start a new pickle stream (dropping chunks of a failed one not compressed yet)."""
-        if getattr(self, "_packed", None) is not None:
+        if self._packed is not None:
             self._packed.cancel()
+        self._packed = None
         self._tail = bytearray()
-        self._start = 0  # offset of the tail in the pickle stream
-        self._packed = PackedStream(self._options) if self._options.codec is not None else None
-        self._chunk_size = sys.maxsize if self._packed is None else self._packed.chunk_size
+        self._start = 0
 
 
 class _OutOfBand:
@@ -149,6 +135,11 @@ class _OutOfBand:
         self.external: list[int] = []  # slots of the buffers given to the caller's callback
         self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray]] = {}
         self._slots = 0
+
+    def used(self) -> bool:
+        """Whether the last pickle stream met any buffer: out of band, the caller's, or a
+        placeholder (then a reset is needed)."""
+        return bool(self._slots or self._placeholders or self.streams)
 
     def reduce_ndarray(self, array: np.ndarray) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
@@ -202,7 +193,7 @@ class _OutOfBand:
 _ARRAY_TYPES = (np.ndarray, np.memmap)
 
 
-class _RecordPickler:
+class _RecordPickler(pickle.Pickler):
     """Shared by `Pickler` and `CloudPickler`: pickles into memory with
     buffers out of band, then writes one blpickle record to the file per `dump`.
 
@@ -225,7 +216,7 @@ class _RecordPickler:
         if not hasattr(file, "write"):
             raise TypeError("file must have a 'write' attribute")
         self.options = self._resolve_options(options)
-        self._key = _check_key(key)
+        self._key = check_key(key)
         self._protocol = DEFAULT_PROTOCOL if protocol is None else protocol
         if self._protocol < 0:
             self._protocol = HIGHEST_PROTOCOL
@@ -270,43 +261,34 @@ class _RecordPickler:
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
         try:
-            super().dump(obj)
-            streams = [(self._graph.finish(), None), *self._out_of_band.streams]
-            payloads = [payload for payload, _ in streams]
-            write_record(self._file, self._header(streams), payloads, self.options, self._key)
-        finally:  # keep nothing of obj: the memo and the buffers would hold it alive
-            self.clear_memo()
-            self._graph.reset()
+            super().dump(obj)  # pickle.Pickler's, or cloudpickle's for CloudPickler (the MRO)
+            _write(self._file, self)
+        finally:
+            self._reset()
+
+    def _compact_record(self) -> bytes | None:
+        """Return the last pickling as a compact record, if `blpickle.policy.fits_compact`
+        says it is one."""
+        tail = self._graph.whole()
+        if tail is None or self._out_of_band.used() or not fits_compact(len(tail), 0, (), self._key):
+            return None
+        return fmt.encode_compact(tail)
+
+    def _pickled(self) -> Pickled:
+        """Return the last pickling, for `blpickle.writer.write_pickled`; it holds on to the
+        object's buffers until `_reset`."""
+        out_of_band = self._out_of_band
+        return Pickled(self._graph.finish(), tuple(out_of_band.streams), tuple(out_of_band.external), self._protocol)
+
+    def _reset(self) -> None:
+        """Keep nothing of the last object: the memo and the buffers would hold it alive."""
+        self.clear_memo()
+        self._graph.reset()
+        if self._out_of_band.used():
             self._out_of_band.reset()
 
-    def _header(self, streams: list[tuple[Payload | PackedStream, int | None]]) -> fmt.Header:
-        raw = self.options.codec is None
-        infos = []
-        for payload, splice in streams:
-            if isinstance(payload, PackedStream):
-                infos.append(fmt.StreamInfo(payload.nbytes, payload.chunk_size, codec=payload.codec))
-                continue
-            chunk_size = self.options.chunk_size_for(payload.nbytes, payload.chunk_multiple)
-            infos.append(
-                fmt.StreamInfo(
-                    nbytes=payload.nbytes,
-                    chunk_size=max(payload.nbytes, 1) if raw else chunk_size,
-                    itemsize=payload.itemsize,
-                    raw=raw,
-                    dtype=None if payload.dtype is None else _dtype_name(payload.dtype),
-                    shape=payload.shape,
-                    splice=splice,
-                )
-            )
-        return fmt.Header(self.options.to_dict(), self._protocol, tuple(infos), tuple(self._out_of_band.external))
 
-
-@functools.lru_cache(maxsize=256)
-def _dtype_name(dtype: np.dtype) -> str:
-    return str(dtype)  # slow for structured dtypes, and many arrays share one
-
-
-class Pickler(_RecordPickler, pickle.Pickler):
+class Pickler(_RecordPickler):
     """A C ``pickle.Pickler`` that writes blpickle records.
 
     Same arguments as ``pickle.Pickler`` (protocol defaults to 5), plus ``key=`` (bytes: sign
@@ -337,220 +319,9 @@ _PICKLER_NAMES = {"pickle": "Pickler", "cloudpickle": "CloudPickler"}
 _PICKLERS: dict[str, type[_RecordPickler]] = {"pickle": Pickler, "cloudpickle": CloudPickler}
 
 
-class Unpickler(pickle.Unpickler):
-    """A C ``pickle.Unpickler`` that reads blpickle records, and plain pickle data too.
-
-    Same arguments as ``pickle.Unpickler``, plus:
-
-    Args:
-        mmap_mode: for records written with ``codec=None`` in a regular file, return arrays
-            that view a memory map of the file, read-only ("r"), read-write ("r+") or
-            copy-on-write ("c"), as ``numpy.load`` does, instead of reading them. Mapped
-            buffers are not checksummed on load (data changed through "r+" no longer matches
-            its checksum: a later load without mmap_mode raises ChecksumError); the object
-            graph is always read and checked. As with ``numpy.memmap``, if another program
-            truncates the file while arrays map it, touching them kills the process (SIGBUS).
-            With ``key``, nothing is mapped: what loads is what the signature was checked on.
-            Compressed buffers, and files that are not plain files on disk, are read as
-            usual.
-        nthreads: decompression threads (default: every available CPU).
-        safe: import no global but builtin containers and scalars and numpy arrays, dtypes
-            and scalars (`blpickle.safe.SAFE_GLOBALS`); anything else raises
-            `blpickle.UnsafeLoadError` before it is imported. The pickle is run by
-            `blpickle.restricted.RestrictedUnpickler` (pure Python), which rebuilds
-            numpy dtypes and arrays from checked states; ``find_class`` and
-            ``persistent_load`` overrides are not used.
-        allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
-            ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
-        key: the key the record was signed with: the whole record is read and its
-            signature checked before anything is decompressed or unpickled; unsigned or
-            altered records raise `blpickle.SignatureError`. Plain pickle data is
-            refused.
-    """
-
-    def find_class(self, module: str, name: str) -> Any:
-        """Import ``module.name`` as pickle does. Overridden in Python so that the error of a
-        missing module or name comes from a frame the loader recognises as code the pickle
-        called (and passes through as pickle does), not as a malformed pickle."""
-        return super().find_class(module, name)
-
-    def __init__(
-        self,
-        file: BinaryIO,
-        *,
-        fix_imports: bool = True,
-        encoding: str = "ASCII",
-        errors: str = "strict",
-        buffers: Iterable[Any] | None = None,
-        mmap_mode: str | None = None,
-        nthreads: int | None = None,
-        safe: bool = False,
-        allowed: Iterable[str | Any] = (),
-        key: bytes | None = None,
-    ) -> None:
-        if mmap_mode not in MMAP_MODES:
-            raise OptionsError(f"mmap_mode must be one of {MMAP_MODES}, not {mmap_mode!r}")
-        self._settings = {"fix_imports": fix_imports, "encoding": encoding, "errors": errors}
-        super().__init__(file, buffers=buffers, **self._settings)
-        self._file = file
-        self._buffers = buffers
-        self._mmap_mode = mmap_mode
-        self._nthreads = Options(nthreads=nthreads).threads
-        allowed = tuple(allowed)
-        self._policy = Policy(allowed) if safe or allowed else None
-        self._key = _check_key(key)
-
-    def load(self) -> Any:
-        """Read one record (or one plain pickle) from the file and return the object.
-
-        Raises:
-            blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
-            pickle.UnpicklingError, EOFError: for plain pickle data, as ``pickle`` does.
-        """
-        if not hasattr(self, "_settings"):
-            raise pickle.UnpicklingError(f"Unpickler.__init__() was not called by {type(self).__name__}.__init__()")
-        head = _read_upto(self._file, len(fmt.MAGIC))
-        if head == fmt.MAGIC:
-            return self._load_record(head)
-        if len(head) < len(fmt.MAGIC) and fmt.MAGIC.startswith(head):
-            raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
-        if fmt.damaged_magic(head):
-            raise BadMagicError(head)
-        if self._key is not None:
-            raise SignatureError("this is not a blpickle record, so it cannot be signed: refusing to load it")
-        return self._unpickle(_rewind(self._file, head), self._buffers)
-
-    def _load_record(self, magic: bytes) -> Any:
-        """Load the record whose magic was just read, by reading the file, or with
-        ``mmap_mode`` from a memory map of it if it is a plain file (then leave the file just
-        after the record)."""
-        # a signed record loads from the bytes its signature was checked on, never from a map
-        # that another program could change after the check
-        mapped = None if self._mmap_mode is None or self._key is not None else map_file(self._file, self._mmap_mode)
-        if mapped is None:
-            return self._load_from(FileSource(self._file, pos=len(magic)), magic)
-        start = self._file.tell() - len(magic)
-        source = MemorySource(mapped, len(magic), offset=start, mapped=True)
-        try:
-            return self._load_from(source, magic)
-        finally:
-            self._file.seek(start + source.pos)
-
-    def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
-        """Unpickle ``file``: in safe mode with the `RestrictedUnpickler`, else with
-        the C unpickler with a fresh state, keeping this object's overrides (``find_class``,
-        ``persistent_load``) and attributes. (Re-initialising a C Unpickler that has already
-        loaded crashes CPython, so each load gets a clone.)"""
-        if self._policy is not None:
-            return RestrictedUnpickler(file, self._policy, buffers=buffers, **self._settings).load()
-        clone = pickle.Unpickler.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
-        pickle.Unpickler.__init__(clone, file, buffers=buffers, **self._settings)
-        return pickle.Unpickler.load(clone)
-
-    def _load_from(self, source: Source, magic: bytes) -> Any:
-        reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
-        header = reader.header
-        graph = open_pickle(reader)
-        buffers: Iterable[Any] = reader.buffers()
-        if header.external:
-            if self._buffers is None:
-                raise LoadError(
-                    f"this record uses {len(header.external)} out-of-band buffers kept by the "
-                    "caller when it was written: pass them as buffers="
-                )
-            buffers = _merge_buffers(buffers, iter(self._buffers), header.external)
-        try:
-            obj = self._unpickle(graph, buffers)
-        except BlpickleError:
-            raise
-        except Exception as exc:
-            if isinstance(graph, PickleFile) and graph.error is not None:  # lost by the unpickler
-                raise graph.error from None
-            if isinstance(exc, MemoryError):  # a size the pickle declares, wherever it was allocated
-                raise LimitError(f"the record's object graph declares more than can be allocated: {exc}") from exc
-            if self._policy is None and not isinstance(exc, _MALFORMED_PICKLE) and _raised_by_called_code(exc):
-                raise  # a class's __setstate__, a missing module: as pickle reports them
-            raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
-        reader.finish()
-        return obj
-
-
-def _raised_by_called_code(exc: BaseException) -> bool:
-    """True when ``exc`` was raised in Python code the unpickler called (its traceback goes
-    deeper than `Unpickler._unpickle`), not by the unpickler or a builtin itself."""
-    frames = [frame.f_code for frame, _ in traceback.walk_tb(exc.__traceback__)]
-    return Unpickler._unpickle.__code__ in frames[:-1]
-
-
-def _check_key(key: Any) -> bytes | None:
-    if key is not None and (not isinstance(key, (bytes, bytearray)) or not key):
-        raise OptionsError("key must be a non-empty bytes object")
-    return None if key is None else bytes(key)
-
-
-def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[int, ...]) -> Iterator[Any]:
-    """Yield out-of-band buffers in pickle order, from the caller's at ``external`` slots."""
-    slots = set(external)
-    slot = 0
-    while True:
-        source = theirs if slot in slots else ours
-        try:
-            buffer = next(source)
-        except StopIteration:
-            return
-        yield buffer
-        slot += 1
-
-
-def _read_upto(file: BinaryIO, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        more = file.read(size - len(data))
-        if not more:
-            break
-        data += more
-    return data
-
-
-class _Prefixed:
-    """A file that returns ``prefix`` then the rest of ``file`` (for non-seekable input)."""
-
-    def __init__(self, prefix: bytes, file: BinaryIO) -> None:
-        self._prefix = prefix
-        self._file = file
-
-    def read(self, size: int = -1) -> bytes:
-        head, self._prefix = (
-            (self._prefix, b"") if size < 0 or size >= len(self._prefix) else (self._prefix[:size], self._prefix[size:])
-        )
-        if size < 0:
-            return head + self._file.read()
-        return head + (self._file.read(size - len(head)) if size > len(head) else b"")
-
-    def readline(self, size: int = -1) -> bytes:
-        end = self._prefix.find(b"\n") + 1 or len(self._prefix)
-        if 0 <= size < end:
-            end = size
-        head, self._prefix = self._prefix[:end], self._prefix[end:]
-        if head.endswith(b"\n") or self._prefix or 0 <= size <= len(head):
-            return head
-        return head + self._file.readline(-1 if size < 0 else size - len(head))
-
-
-def _rewind(file: BinaryIO, head: bytes) -> Any:
-    try:
-        if file.seekable():
-            file.seek(-len(head), io.SEEK_CUR)
-            return file
-    except (AttributeError, OSError):
-        pass
-    return _Prefixed(head, file)
-
-
 def dump(
     obj: Any,
-    file: BinaryIO | str,
+    file: BinaryIO | str | os.PathLike[str],
     protocol: int | None = None,
     *,
     fix_imports: bool = True,
@@ -589,7 +360,7 @@ def dump(
     """
     resolved = resolve_options(**options)
     with ExitStack() as stack:
-        if is_path(file):
+        if isinstance(file, (str, os.PathLike)):
             file = stack.enter_context(atomic_write(file))
         pickler = _PICKLERS[resolved.pickler](
             file, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, preset=resolved
@@ -619,106 +390,42 @@ def dumps(
         blpickle.OptionsError: for an invalid option.
         pickle.PicklingError: when ``obj`` cannot be pickled.
     """
+    if protocol is None and buffer_callback is None and key is None and fix_imports and not options:
+        return _dumps_default(obj)
     out = io.BytesIO()
     dump(obj, out, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, **options)
     return out.getvalue()
 
 
-def load(
-    file: BinaryIO | str,
-    *,
-    fix_imports: bool = True,
-    encoding: str = "ASCII",
-    errors: str = "strict",
-    buffers: Iterable[Any] | None = None,
-    mmap_mode: str | None = None,
-    nthreads: int | None = None,
-    safe: bool = False,
-    allowed: Iterable[str | Any] = (),
-    key: bytes | None = None,
-) -> Any:
-    """Read one object from ``file``: a blpickle record or plain pickle data.
-
-    Args:
-        file: a binary file object (anything with ``read``) or a path (``~`` is expanded).
-            After a record, a file is left just after it, so records written one after the
-            other load one after the other.
-        fix_imports: as in `pickle.load`.
-        encoding: as in `pickle.load` (for Python 2 pickles).
-        errors: as in `pickle.load` (for Python 2 pickles).
-        buffers: the out-of-band buffers a ``buffer_callback`` kept at dump time, in order.
-        mmap_mode: ``"r"``, ``"r+"`` or ``"c"``: arrays of records written with ``codec=None``
-            view a memory map of the file, as with `numpy.load` (not checksummed); None (the
-            default) reads the file. Ignored with ``key``: a signed load maps nothing.
-        nthreads: decompression threads (default: every available CPU).
-        safe: refuse every global but builtin containers and scalars and numpy arrays,
-            dtypes and scalars, with a restricted unpickler (`blpickle.restricted`).
-        allowed: more globals a safe load may import: ``"pkg.mod.Name"``, ``"pkg.*"``, or the
-            objects themselves. Implies ``safe``.
-        key: the key the record was signed with: the signature is checked before anything
-            is decompressed or unpickled; unsigned or altered records raise `SignatureError`.
-
-    Example:
-        ```python
-        obj = blpickle.load("model.blp", safe=True)
-        ```
-
-    Raises:
-        blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
-    """
-    with ExitStack() as stack:
-        if is_path(file):
-            path = expand(file)
-            stack.enter_context(naming_errors(path))
-            file = stack.enter_context(open(path, "r+b" if mmap_mode == "r+" else "rb"))
-        unpickler = Unpickler(
-            file,
-            fix_imports=fix_imports,
-            encoding=encoding,
-            errors=errors,
-            buffers=buffers,
-            mmap_mode=mmap_mode,
-            nthreads=nthreads,
-            safe=safe,
-            allowed=allowed,
-            key=key,
-        )
-        return unpickler.load()
+#: Each thread's idle `Pickler` with the default options, for `dumps` without arguments.
+_IDLE = threading.local()
 
 
-def loads(
-    data: Any,
-    /,
-    *,
-    fix_imports: bool = True,
-    encoding: str = "ASCII",
-    errors: str = "strict",
-    buffers: Iterable[Any] | None = None,
-    nthreads: int | None = None,
-    safe: bool = False,
-    allowed: Iterable[str | Any] = (),
-    key: bytes | None = None,
-) -> Any:
-    """Read one object from a bytes-like object: a blpickle record or plain pickle data.
+def _dumps_default(obj: Any) -> bytes:
+    """`dumps` with the default arguments, with a pickler kept from call to call: a compact
+    record then costs a pickling and a checksum. A pickler is taken while in use, so that a
+    ``dumps`` nested in a reducer makes its own; one that failed is not kept."""
+    idle = _IDLE.__dict__
+    pickler = idle.pop("pickler", None)
+    if pickler is None or pickler.options is not PRESETS["default"]:
+        pickler = Pickler(io.BytesIO())
+    try:
+        pickle.Pickler.dump(pickler, obj)
+        record = pickler._compact_record()
+        if record is None:
+            out = io.BytesIO()
+            write_pickled(out, pickler._pickled(), pickler.options)
+            record = out.getvalue()
+    finally:
+        pickler._reset()
+    idle["pickler"] = pickler
+    return record
 
-    Takes the arguments of `load` but ``file`` and ``mmap_mode``.
 
-    Example:
-        ```python
-        array = blpickle.loads(blpickle.dumps(np.arange(10)))
-        ```
-
-    Raises:
-        TypeError: for ``str`` input.
-        blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
-    """
-    if isinstance(data, str):
-        raise TypeError("a bytes-like object is required, not 'str'")
-    view = memoryview(data).cast("B")
-    head = bytes(view[: len(fmt.MAGIC)])
-    settings = {"fix_imports": fix_imports, "encoding": encoding, "errors": errors, "buffers": buffers}
-    restrictions = {"nthreads": nthreads, "safe": safe, "allowed": allowed, "key": key}
-    if head != fmt.MAGIC:
-        return load(io.BytesIO(data), **settings, **restrictions)
-    unpickler = Unpickler(io.BytesIO(), **settings, **restrictions)
-    return unpickler._load_from(MemorySource(view, len(fmt.MAGIC)), head)
+def _write(file: BinaryIO, pickler: _RecordPickler) -> None:
+    """Write what ``pickler`` just pickled as one record: compact if it fits one, else full."""
+    record = pickler._compact_record()
+    if record is not None:
+        CountingWriter(file).write(record)
+    else:
+        write_pickled(file, pickler._pickled(), pickler.options, pickler._key)

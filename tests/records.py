@@ -9,7 +9,8 @@ from typing import Any
 import msgpack
 
 from blpickle import format as fmt
-from blpickle.stream import MemorySource, RecordReader
+from blpickle.reader import RecordReader
+from blpickle.sources import MemorySource
 
 
 @dataclasses.dataclass
@@ -22,8 +23,14 @@ class Parts:
 
 
 def split(data: bytes) -> Parts:
-    """Return the parts of a valid record."""
+    """Return the parts of a valid record. A compact record comes as the one raw stream of
+    its pickle (with its flags), under the header it stands for."""
     reader = RecordReader(MemorySource(data), nthreads=1)
+    if reader.compact:
+        header = reader.header
+        return Parts(fmt.FLAG_COMPACT, {"options": {}, "protocol": header.protocol,
+                     "streams": [header.streams[0].to_dict()], "external": []},
+                     [bytes(reader.read_stream())], [True], {})  # fmt: skip
     for _ in reader.header.streams:
         reader.skip_stream()
     index = reader.finish()
@@ -38,7 +45,10 @@ def split(data: bytes) -> Parts:
 
 def join(parts: Parts, trailer: dict[str, Any] | None = None) -> bytes:
     """Return a record with every checksum (not the signature) right for ``parts``; the
-    trailer is rebuilt from the frames unless one is given."""
+    trailer is rebuilt from the frames unless one is given. Parts flagged compact make a
+    compact record of the first payload (the header and trailer are not part of it)."""
+    if parts.flags & fmt.FLAG_COMPACT:
+        return fmt.encode_compact(parts.payloads[0] if parts.payloads else b"")
     header_bytes = msgpack.packb(parts.header)
     head = fmt.encode_preamble(len(header_bytes), parts.flags) + header_bytes
     header_checksum = fmt.checksum(head)

@@ -20,7 +20,8 @@ from test import pickletester
 
 import blpickle
 from blpickle.format import MAGIC
-from blpickle.stream import MemorySource, RecordReader
+from blpickle.reader import RecordReader
+from blpickle.sources import MemorySource
 
 #: Tests that compare the raw output bytes with what plain pickle writes: blpickle wraps the
 #: pickle stream in a compressed record, so these assertions cannot apply. Each keeps its reason.

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 from conftest import assert_same_array
-from golden.objects import GOLDEN_FILES, golden_object
+from golden.objects import GOLDEN_FILES, golden_object, small_golden_object
 
 import blpickle
 
@@ -38,6 +38,10 @@ def test_golden_file_loads_the_golden_object(name):
     path = os.path.join(GOLDEN_DIR, name)
     arguments = GOLDEN_FILES[name]
     loaded = blpickle.load(path, key=arguments.get("key"))
+    if arguments.get("small"):
+        _assert_same(small_golden_object(), loaded)
+        assert loaded["nested"]["shared"] is loaded["ramp"]
+        return
     expected = golden_object(blob=arguments.get("blob", False))
     if arguments.get("protocol", 5) < 5:  # numpy pickles in band: native byte order
         expected["big_endian"] = expected["big_endian"].astype("=i4")
@@ -46,9 +50,11 @@ def test_golden_file_loads_the_golden_object(name):
     assert loaded["nested"]["shared"] is loaded["ramp"]
 
 
-def test_every_golden_file_is_committed_and_of_version_1():
+def test_every_golden_file_is_committed_and_of_its_version():
     for name, arguments in GOLDEN_FILES.items():
         info = blpickle.inspect(os.path.join(GOLDEN_DIR, name), key=arguments.get("key"))
-        assert info.version == "1.0" and name.startswith("v1.0-")
+        version = "1.1" if arguments.get("small") else "1.0"  # full records are still written as 1.0
+        assert info.version == version and name.startswith(f"v{version}-")
         assert info.signed == ("key" in arguments)
         assert any(b.splice is not None for b in info.buffers) == arguments.get("blob", False)
+        assert (not info.buffers and not info.options) == bool(arguments.get("small"))

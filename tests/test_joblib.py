@@ -813,8 +813,8 @@ def test_memory_compress_values_map_to_blpickle_options(tmp_path, compress, code
     if clevel is not None:
         assert memory.store_backend.options.clevel == clevel
     cached = memory.cache(_make_arrays)
-    _check_arrays(cached(2000), 2000)
-    _check_arrays(cached(2000), 2000)
+    _check_arrays(cached(20_000), 20_000)  # buffers out of band: a full record, with its options
+    _check_arrays(cached(20_000), 20_000)
     (path,) = _output_files(memory)
     assert _stored_options(path)["codec"] == codec
 

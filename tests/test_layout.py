@@ -3,7 +3,6 @@ payload opcodes outside the frames, and load and inspect see the same opcodes.""
 
 from __future__ import annotations
 
-import copy
 import io
 import os
 import pickle
@@ -17,24 +16,26 @@ import blpickle
 from blpickle import cli
 from blpickle import format as fmt
 from blpickle.layout import DATA, FRAME, OPCODE, SPLICE, Layout, PickleFile, open_pickle, tokens
-from blpickle.stream import MemorySource, RecordReader
+from blpickle.reader import RecordReader
+from blpickle.sources import MemorySource
 
 
 def _record(stream: bytes, splices: list[tuple[int, bytes]], protocol: int = 5) -> bytes:
     """A raw (codec None) record of the pickle stream ``stream`` with ``splices`` (offset,
     payload), every checksum right."""
-    parts = records.split(blpickle.dumps(None, codec=None))
-    header = copy.deepcopy(parts.header)
-    header["protocol"] = protocol
-    header["streams"] = [{"nbytes": len(stream), "chunk_size": max(len(stream), 1), "itemsize": 1, "raw": True}]
+    streams = [{"nbytes": len(stream), "chunk_size": max(len(stream), 1), "itemsize": 1, "raw": True}]
     for offset, payload in splices:
-        header["streams"].append(
+        streams.append(
             {"nbytes": len(payload), "chunk_size": max(len(payload), 1), "itemsize": 1, "raw": True, "splice": offset}
         )
-    parts.header = header
-    parts.payloads = [stream, *(payload for _, payload in splices)]
-    parts.raw = [True] * len(parts.payloads)
-    return records.join(parts)
+    header = {
+        "options": blpickle.Options(codec=None).to_dict(),
+        "protocol": protocol,
+        "streams": streams,
+        "external": [],
+    }
+    payloads = [stream, *(payload for _, payload in splices)]
+    return records.join(records.Parts(0, header, payloads, [True] * len(payloads), {}))
 
 
 def _stream_and_splices(data: bytes) -> tuple[bytes, list[tuple[int, bytes]]]:

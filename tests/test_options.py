@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import blpickle
-from blpickle.options import PRESETS, Options, compress_chunk, resolve_options
+from blpickle.chunks import compress_chunk
+from blpickle.options import PRESETS, Options, resolve_options
 
 
 def test_defaults_round_trip_through_json():

@@ -18,8 +18,10 @@ from conftest import NonSeekable, assert_same_array, roundtrip
 
 import blpickle
 import blpickle.files
-import blpickle.stream
-from blpickle.stream import MemorySource, RecordReader
+import blpickle.policy
+import blpickle.writer
+from blpickle.reader import RecordReader
+from blpickle.sources import MemorySource
 
 DTYPES = [
     "?",
@@ -255,14 +257,14 @@ class _CountsCompressedChunks:
 def test_the_pickle_stream_is_compressed_in_chunks_while_it_is_written(monkeypatch):
     graph = [(i, str(i), float(i)) for i in range(100_000)]  # a pickle of ~1.6 MB
     calls: list[int] = []
-    compress = blpickle.stream.compress_chunk
-    monkeypatch.setattr(blpickle.stream, "compress_chunk", lambda *args: calls.append(1) or compress(*args))
+    compress = blpickle.writer.compress_chunk
+    monkeypatch.setattr(blpickle.writer, "compress_chunk", lambda *args: calls.append(1) or compress(*args))
     last = _CountsCompressedChunks(calls)
     data = blpickle.dumps([graph, last], nthreads=1)
     assert last.seen >= 5  # the chunks before it were compressed already
     header = RecordReader(MemorySource(data), nthreads=1).header
     stream = header.streams[0]
-    assert (stream.chunk_size, stream.codec) == (blpickle.stream.GRAPH_CHUNK_SIZE, "zstd")
+    assert (stream.chunk_size, stream.codec) == (blpickle.policy.GRAPH_CHUNK_SIZE, "zstd")
     assert stream.nchunks == len(calls) >= 6
     for nthreads in (1, 2):
         assert blpickle.loads(blpickle.dumps(graph, nthreads=nthreads), nthreads=nthreads) == graph
@@ -662,8 +664,8 @@ def test_a_dispatch_table_set_on_the_instance_is_honoured():
 def test_cloudpickler_needs_no_pickler_option():
     for options in ({}, {"pickler": "cloudpickle"}, {"preset": "fast"}, {"codec": None}):
         out = io.BytesIO()
-        blpickle.CloudPickler(out, **options).dump(lambda: 7)
-        assert blpickle.loads(out.getvalue())() == 7
+        blpickle.CloudPickler(out, **options).dump((lambda: 7, np.arange(100_000)))  # a full record
+        assert blpickle.loads(out.getvalue())[0]() == 7
         assert blpickle.inspect(out.getvalue()).options["pickler"] == "cloudpickle"
     blpickle.Pickler(io.BytesIO(), pickler="pickle").dump(1)
     with pytest.raises(blpickle.OptionsError, match=r"pickler='pickle' contradicts blpickle\.CloudPickler"):

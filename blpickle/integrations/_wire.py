@@ -27,9 +27,11 @@ import cloudpickle
 import numpy as np
 
 from ..buffers import shuffle_typesize, spread_sample
+from ..chunks import compress_chunk
 from ..errors import CorruptError, OptionsError
-from ..options import Options, choose_codec, compress_chunk, resolve_options
-from ..stream import map_ordered
+from ..options import Options, resolve_options
+from ..policy import choose_codec
+from ..pool import map_ordered
 
 __all__ = ["Buffer", "WireOptions", "pickle_graph", "unpickle_graph", "wire_options"]
 

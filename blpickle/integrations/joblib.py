@@ -43,6 +43,7 @@ from joblib.logger import format_time
 from .. import format as fmt
 from ..arrays import rebuild_ndarray
 from ..buffers import spread_sample
+from ..chunks import compress_chunk, unpack_chunk
 from ..errors import (
     BadMagicError,
     BlpickleWarning,
@@ -55,11 +56,14 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..files import is_path
-from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, choose_codec, compress_chunk, resolve_options
-from ..pickler import Unpickler
+from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options, resolve_options
 from ..pickler import dump as blpickle_dump
-from ..pickler import load as blpickle_load
-from ..stream import CountingWriter, FileSource, map_ordered, unpack_chunk
+from ..policy import choose_codec
+from ..pool import map_ordered
+from ..sources import FileSource
+from ..unpickler import Unpickler
+from ..unpickler import load as blpickle_load
+from ..writer import CountingWriter
 from . import JOBLIB_MAGIC
 from ._host_internals import joblib_store_classes
 
@@ -112,7 +116,7 @@ ALTERNATIVE_SAVING = 0.005
 #: The compressor's default: blpickle's default options (codec "auto", shuffle, 4 MiB chunks;
 #: joblib writes 16 MiB at a time, cut into four chunks).
 STREAM_OPTIONS = Options()
-#: ``count`` for `blpickle.stream.map_ordered`: the number of chunks is not known.
+#: ``count`` for `blpickle.pool.map_ordered`: the number of chunks is not known.
 _UNKNOWN_COUNT = 1 << 62
 
 _WRITE, _READ = "wb", "rb"

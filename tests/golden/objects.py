@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 #: file name -> dump arguments (``blob``: the object also holds a payload large enough to be
-#: spliced out of the pickle). Files are written once per format version and never rewritten.
+#: spliced out of the pickle; ``small``: the object is `small_golden_object`, which makes a
+#: compact record). Files are written once per format version and never rewritten.
 GOLDEN_FILES = {
     "v1.0-default.blp": {},
     "v1.0-raw.blp": {"codec": None},
@@ -13,6 +14,7 @@ GOLDEN_FILES = {
     "v1.0-zlib-bytedelta.blp": {"codec": "zlib", "bytedelta": True, "chunk_size": 8192},
     "v1.0-protocol2.blp": {"protocol": 2},
     "v1.0-signed-spliced.blp": {"key": b"golden key", "blob": True, "chunk_size": 65536},
+    "v1.1-compact.blp": {"small": True},
 }
 
 
@@ -40,3 +42,17 @@ def golden_object(blob: bool = False) -> dict:
         "bytearray": bytearray(b"golden" * 100),
         "nested": {"tuple": (1, 2.5, "three", None, True), "list": [b"bytes", {1, 2}], "shared": ramp},
     } | ({"blob": bytes(range(256)) * 6144, "text": "golden γ " * 200_000} if blob else {})  # noqa: RUF001 - non-ASCII on purpose
+
+
+def small_golden_object() -> dict:
+    """Return the object of the compact golden file: small values and small arrays only."""
+    ramp = np.arange(100, dtype=np.int16)
+    return {
+        "ints": [0, 1, -1, 2**31, 2**70],
+        "floats": (0.5, -0.0, float("inf")),
+        "text": "compact γ",  # noqa: RUF001 - non-ASCII on purpose
+        "bytes": b"\x00\xff" * 8,
+        "ramp": ramp,
+        "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        "nested": {"set": {1, 2}, "none": None, "shared": ramp},
+    }

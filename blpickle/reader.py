@@ -1,0 +1,414 @@
+"""Reading records: the header, then each stream in order, then the trailer.
+
+Frames are checked (checksum, then declared sizes) and decompressed in the shared pool
+(`blpickle.chunks`) while the calling thread reads the next ones; memory stays bounded
+whatever the buffer sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from . import format as fmt
+from .chunks import unpack_chunk
+from .errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
+from .pool import map_ordered, shared_pool
+from .sources import READ_SIZE, MemorySource, RecordingSource, Source
+
+__all__ = ["RecordReader"]
+
+
+class RecordReader:
+    """Reads one record sequentially: header, then streams in order, then the trailer.
+
+    Args:
+        source: where to read; positioned just after the magic bytes when ``magic`` is given.
+        nthreads: decompression threads.
+        magic: the first bytes already read from the source (the caller peeked at them).
+        key: read the whole record and verify its signature with this key before anything
+            is decompressed.
+
+    A compact record (version 1.1) reads as a record of one raw stream, its pickle, with
+    ``compact`` true: its "header" is the pickle, checked by the header checksum, and it has
+    no frames and no trailer.
+
+    Raises:
+        LoadError subclasses for any damaged or truncated input; SignatureError for an
+        unsigned record or a signature that does not match, when a key is given.
+    """
+
+    def __init__(self, source: Source, nthreads: int, magic: bytes = b"", key: bytes | None = None) -> None:
+        self._source = source
+        rest = source.read(fmt.PREAMBLE.size - len(magic), "the preamble")
+        preamble = magic + bytes(rest)
+        try:
+            self.minor, flags, header_size = fmt.decode_preamble(preamble)
+        except UnsupportedVersionError:
+            self._read_head(preamble, fmt.PREAMBLE.unpack(preamble)[-1])  # damaged, or truly newer?
+            raise
+        self.signed = bool(flags & fmt.FLAG_SIGNED)
+        self.compact = bool(flags & fmt.FLAG_COMPACT)
+        if key is not None and not self.signed:
+            raise SignatureError("the record is not signed, and a key was given: refusing to load it")
+        if self.compact and self.signed:
+            raise CorruptError("the preamble flags a compact record as signed: compact records are never signed")
+        header_bytes, stored = self._read_head(preamble, header_size)
+        self._head = preamble + header_bytes
+        self._header_checksum = stored
+        self._nthreads = nthreads
+        self._key = key
+        self._digests: list[bytes] = []
+        self._next_stream = 0
+        self.index = fmt.FrameIndex()
+        self._compact_pickle: bytes | None = None
+        if self.compact:
+            self.header = fmt.compact_header(header_bytes)
+            self._compact_pickle = header_bytes
+            if header_bytes:
+                self.index.add(fmt.PREAMBLE.size, len(header_bytes), stored)
+            return
+        self.header = fmt.Header.decode(header_bytes)
+        if key is not None:
+            self._authenticate()
+
+    def _authenticate(self) -> None:
+        """Read the rest of the record, checking every checksum and, last, the signature,
+        without decompressing anything; then stand after the header again, to read the
+        record as it was checked.
+
+        A record in memory (or memory-mapped) is read again in place; a record read from a
+        file is kept in memory as stored (compressed) meanwhile, so that what is decompressed
+        is exactly what was authenticated.
+
+        Raises:
+            LoadError subclasses for damaged input; SignatureError when the signature does not
+            match.
+        """
+        source, start = self._source, self._source.pos
+        kept = (
+            source
+            if isinstance(source, MemorySource)
+            else RecordingSource(source, self._head + fmt.U64.pack(self._header_checksum))
+        )
+        self._source = kept
+        for _ in self.header.streams:
+            self.skip_stream()
+        self.finish()
+        replay = kept.replay()
+        replay.seek(start)
+        self._source = replay
+        self._key = None  # authenticated: the second reading checks the checksums only
+        self._next_stream = 0
+        self.index = fmt.FrameIndex()
+
+    def _read_head(self, preamble: bytes, header_size: int) -> tuple[bytes, int]:
+        """Read the header and its checksum; return both once the checksum over the
+        preamble and header matches. (The preamble and this checksum have the same layout in
+        every major version: a record of an unknown version is told from damaged input by
+        it.)
+
+        Raises:
+            LimitError, TruncatedError, ChecksumError.
+        """
+        fmt.check_header_size(header_size)
+        header_bytes = bytes(self._source.read(header_size, "the header"))
+        stored = fmt.U64.unpack(self._source.read(fmt.U64.size, "the header checksum"))[0]
+        computed = fmt.checksum(preamble + header_bytes)
+        if stored != computed:
+            raise ChecksumError("the header", fmt.PREAMBLE.size, stored, computed)
+        return header_bytes, stored
+
+    def read_stream(self, into: memoryview | None = None) -> np.ndarray | memoryview:
+        """Read the next stream into ``into`` (of its exact size) or into a new writable uint8
+        array, and return that.
+
+        Raises:
+            LoadError subclasses when a frame is damaged, truncated or inconsistent.
+        """
+        info = self.next_stream()
+        if info is None:
+            raise CorruptError(
+                f"the pickle asks for more out-of-band data than the record's {len(self.header.streams) - 1} streams"
+            )
+        if into is not None and into.nbytes != info.nbytes:
+            raise CorruptError(
+                f"stream {self._next_stream} holds {info.nbytes} bytes, the pickle expects {into.nbytes} there"
+            )
+        number, info = self._next()
+        if self._compact_pickle is not None:
+            return memoryview(self._compact_pickle)
+        if info.raw:
+            # with mmap_mode only out-of-band buffers are mapped: the object graph is read
+            mappable = into is None and number > 0 and info.splice is None
+            return self._read_raw(info, number, keep=True, into=into, mappable=mappable)
+        out: np.ndarray | memoryview
+        frames: Iterable[tuple]
+        if number == 0:
+            out, frames = self._read_graph(info)
+        else:
+            out = _allocate(info.nbytes, number) if into is None else into
+            frames = self._read_frames(info, number, out)
+        self._run(info, frames)
+        return out
+
+    def read_compact_pickle(self) -> bytes:
+        """Return the pickle of a compact record (its only stream), as `read_stream` would.
+
+        Raises:
+            CorruptError: when the record is not compact or its pickle was read already.
+        """
+        if self._compact_pickle is None or self._next_stream:
+            raise CorruptError("the record holds no compact pickle left to read")
+        self._next()
+        return self._compact_pickle
+
+    def read_chunks(self) -> Iterator[memoryview]:
+        """Read the pickle stream's frames (call it first) and start decompressing all but
+        the first in the pool; return an iterator over its decompressed chunks, in order, so
+        that unpickling can start with the first chunk while the others decompress. The first one is
+        decompressed by the iterator itself (its caller would only wait for the pool). (A raw
+        pickle stream comes whole, as from `read_stream`.)
+
+        Raises:
+            LoadError subclasses when a frame is damaged, truncated or inconsistent (for a
+            damaged chunk: when the iterator reaches it).
+        """
+        info = self.header.streams[0]
+        if info.raw:
+            return iter([_view(self.read_stream())])
+        self._next()
+        _, chunks = self._read_graph(info)
+        if self._nthreads == 1 or len(chunks) == 1:
+            return _decompressed(chunks)
+        pool = shared_pool(self._nthreads)
+        return _decompressed(chunks, [None, *(pool.submit(unpack_chunk, *chunk) for chunk in chunks[1:])])
+
+    def skip_stream(self) -> None:
+        """Read the next stream and check its checksums, without decompressing it."""
+        number, info = self._next()
+        if self._compact_pickle is not None:
+            return
+        if info.raw:
+            self._read_raw(info, number, keep=False)
+        else:
+            self._run(info, self._read_frames(info, number, None))
+
+    def next_stream(self) -> fmt.StreamInfo | None:
+        """Return the stream to be read next, or None after the last one."""
+        streams = self.header.streams
+        return streams[self._next_stream] if self._next_stream < len(streams) else None
+
+    def buffers(self) -> Iterator[np.ndarray | memoryview]:
+        """Yield the out-of-band buffers lazily, in order (splices are read by
+        `blpickle.layout.PickleFile` where the pickle reaches them)."""
+        while (info := self.next_stream()) is not None:
+            if info.splice is not None:
+                raise CorruptError(
+                    f"stream {self._next_stream} is a splice where the pickle expects an out-of-band buffer"
+                )
+            yield self.read_stream()
+
+    def finish(self) -> fmt.FrameIndex:
+        """Read and check the trailer (and the signature, with a key); every stream must have
+        been read. Return the trailer.
+
+        Raises:
+            CorruptError, ChecksumError, TruncatedError, LimitError, SignatureError.
+        """
+        if self._next_stream < len(self.header.streams):
+            raise CorruptError(
+                f"the pickle used {self._next_stream - 1} out-of-band streams, "
+                f"the record holds {len(self.header.streams) - 1}"
+            )
+        if self._compact_pickle is not None:
+            return self.index
+        source = self._source
+        size = fmt.U64.unpack(source.read(fmt.U64.size, "the trailer size"))[0]
+        if size > fmt.MAX_TRAILER_SIZE:
+            raise LimitError(f"trailer size {size} is over the limit of {fmt.MAX_TRAILER_SIZE} bytes")
+        offset = source.pos
+        trailer = bytes(source.read(size, "the trailer"))
+        footer_size, stored, end_magic = fmt.FOOTER.unpack(source.read(fmt.FOOTER.size, "the footer"))
+        computed = fmt.checksum(trailer, self._header_checksum)
+        if stored != computed:
+            raise ChecksumError("the trailer", offset, stored, computed)
+        if footer_size != size or end_magic != fmt.END_MAGIC:
+            raise CorruptError(f"the footer at offset {source.pos - fmt.FOOTER.size} does not match the trailer")
+        index = fmt.FrameIndex.decode(trailer, len(self.index), authenticated=self._key is not None)
+        if (index.offsets, index.csizes, index.checksums) != (
+            self.index.offsets,
+            self.index.csizes,
+            self.index.checksums,
+        ):
+            raise CorruptError("the trailer's frame index does not match the frames read")
+        if self._key is not None:
+            expected = fmt.signature(self._key, self._head, self._digests)
+            if index.signature is None or not hmac.compare_digest(index.signature, expected):
+                raise SignatureError("the record's signature does not match: wrong key, or the record was altered")
+        return index
+
+    def index_from_end(self) -> fmt.FrameIndex | None:
+        """Return the record's frame index read from the end of the source, without reading
+        the frames (random access), then stand after the record. Return None when the source
+        cannot seek, or when what ends it is not this record's footer and trailer.
+
+        Raises:
+            LimitError, CorruptError: for a footer of this record with bad contents.
+        """
+        if self._compact_pickle is not None:
+            self._next_stream = len(self.header.streams)
+            return self.index  # the source stands after the record already
+        source = self._source.random_access()
+        end = None if source is None else source.size()
+        if source is None or end is None or end - self._source.pos < fmt.U64.size + fmt.FOOTER.size:
+            return None
+        size, stored, end_magic = fmt.FOOTER.unpack(source.read_at(end - fmt.FOOTER.size, fmt.FOOTER.size))
+        start = end - fmt.FOOTER.size - size
+        if end_magic != fmt.END_MAGIC or size > fmt.MAX_TRAILER_SIZE or start - fmt.U64.size < self._source.pos:
+            return None
+        trailer = bytes(source.read_at(start, size))
+        if fmt.checksum(trailer, self._header_checksum) != stored:
+            return None  # another record's footer (the checksum is seeded with our header's)
+        index = fmt.FrameIndex.decode(trailer, fmt.total_frames(self.header.streams))
+        source.seek(end)
+        return index
+
+    def _next(self) -> tuple[int, fmt.StreamInfo]:
+        number = self._next_stream
+        self._next_stream += 1
+        return number, self.header.streams[number]
+
+    def _frame_name(self, number: int, chunk: int) -> str:
+        stream = "the pickle stream" if number == 0 else f"buffer {number - 1}"
+        return f"chunk {chunk} of {stream}"
+
+    def _run(self, info: fmt.StreamInfo, frames: Iterable[tuple]) -> None:
+        """Check (and decompress) the frames of a compressed stream in the pool."""
+        sign = self._key is not None
+        jobs = ((*frame, sign) for frame in frames)
+        for digest in map_ordered(_unpack_frame, jobs, info.nchunks, self._nthreads):
+            if digest is not None:
+                self._digests.append(digest)
+
+    def _read_graph(self, info: fmt.StreamInfo) -> tuple[np.ndarray, list[tuple]]:
+        """Read every frame of the compressed pickle stream, then allocate where it
+        decompresses to; return that and the frames (`unpack_chunk` arguments).
+
+        Raises:
+            LimitError: when the stream declares more than ``MAX_GRAPH_RATIO`` times its
+                stored size (before anything is allocated for it).
+        """
+        frames = list(self._read_frames(info, 0, None))
+        stored = sum(len(packed) for packed, *_ in frames)
+        if info.nbytes > stored * fmt.MAX_GRAPH_RATIO:
+            raise LimitError(
+                f"the pickle stream declares {info.nbytes} bytes stored in {stored}: "
+                f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
+            )
+        out = _allocate(info.nbytes, 0)
+        view = out.data
+        spans = zip(frames, info.chunk_spans(), strict=True)
+        return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in spans]
+
+    def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray | memoryview | None) -> Iterator[tuple]:
+        source = self._source
+        for chunk, (start, stop) in enumerate(info.chunk_spans()):
+            what = self._frame_name(number, chunk)
+            offset = source.pos
+            csize = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
+            if not fmt.BLOSC2_MIN_CHUNK <= csize <= stop - start + fmt.BLOSC2_MAX_OVERHEAD:
+                raise CorruptError(
+                    f"{what} at offset {offset} declares {csize} compressed bytes for {stop - start} bytes of data"
+                )
+            packed = source.read(csize, what)
+            stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
+            seed = fmt.frame_seed(self._header_checksum, len(self.index))
+            self.index.add(offset, csize, stored)
+            dst = None if out is None else _view(out)[start:stop]
+            yield packed, stored, seed, stop - start, dst, what, offset
+
+    def _read_raw(
+        self, info: fmt.StreamInfo, number: int, keep: bool, into: memoryview | None = None, mappable: bool = False
+    ) -> Any:
+        """Read a raw stream into ``into``, or a new array (``keep``), or nowhere (to check it).
+        With ``mappable``, from a memory-mapped source, return a view of the map instead,
+        unchecked."""
+        source = self._source
+        if not info.nbytes:
+            return np.empty(0, dtype=np.uint8) if into is None else into
+        what = self._frame_name(number, 0)
+        padding = source.read(fmt.raw_padding(source.pos), f"the padding before {what}")
+        if any(padding):
+            raise CorruptError(f"the padding before {what} at offset {source.pos - len(padding)} is not zero")
+        offset = source.pos
+        size = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
+        if size != info.nbytes:
+            raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
+        end = source.size()
+        if end is not None and size > end - source.pos:  # before allocating for it
+            raise TruncatedError(what, source.pos, size, end - source.pos)
+        seed = fmt.frame_seed(self._header_checksum, len(self.index))
+        signer = hashlib.blake2b(digest_size=32) if self._key is not None else None
+        out: np.ndarray | memoryview | None = source.map(size, what) if mappable else None
+        computed = None
+        if out is None:
+            out = into if into is not None else _allocate(size if keep else min(size, READ_SIZE), number)
+            whole = _view(out)
+            hasher = xxhash.xxh3_64(seed=seed)
+            for start in range(0, size, READ_SIZE):
+                piece = whole[start : start + READ_SIZE] if keep else whole[: min(READ_SIZE, size - start)]
+                source.readinto(piece, what)
+                hasher.update(piece)
+                if signer is not None:
+                    signer.update(piece)
+            computed = hasher.intdigest()
+        stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
+        self.index.add(offset, size, stored)
+        if computed is not None and stored != computed:
+            raise ChecksumError(what, offset, stored, computed)
+        if signer is not None:
+            self._digests.append(signer.digest())
+        return out
+
+
+def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
+    """Yield where each chunk (a `unpack_chunk` argument tuple) is decompressed to, in
+    order: once its future is done, or after decompressing it here when it has none.
+
+    Raises:
+        LoadError subclasses: the error of a damaged chunk, when the iteration reaches it.
+    """
+    for number, chunk in enumerate(chunks):
+        future = None if futures is None else futures[number]
+        if future is None:
+            unpack_chunk(*chunk)
+        else:
+            future.result()
+        yield chunk[4]
+
+
+def _view(buffer: np.ndarray | memoryview) -> memoryview:
+    """Return a buffer (an array or a memoryview) as a memoryview of its bytes."""
+    return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")
+
+
+def _allocate(nbytes: int, number: int) -> np.ndarray:
+    """Return an uninitialised writable buffer for stream ``number`` (no zero-fill)."""
+    try:
+        return np.empty(nbytes, dtype=np.uint8)
+    except MemoryError:
+        raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
+
+
+def _unpack_frame(job: tuple) -> bytes | None:
+    """Run `unpack_chunk` on a frame; return its BLAKE2b digest if the record is signed."""
+    *chunk, sign = job
+    unpack_chunk(*chunk)
+    return fmt.frame_digest(chunk[0]) if sign else None

@@ -1,0 +1,240 @@
+"""Where records are read from: bytes in memory, memory maps and files (seekable or not),
+behind one interface."""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import stat
+from typing import Any, BinaryIO, Protocol
+
+import numpy as np
+
+from . import format as fmt
+from .errors import TruncatedError
+
+__all__ = ["FileSource", "MemorySource", "RandomAccess", "RecordingSource", "Source", "map_file", "plain_fileno"]
+
+#: Large reads from files are made in pieces of this size.
+READ_SIZE = 8 << 20
+
+
+class RandomAccess(Protocol):
+    """What a source that can seek offers besides reading in order; offsets count from the
+    record start."""
+
+    def size(self) -> int | None: ...
+
+    def read_at(self, offset: int, size: int) -> Any:
+        """Return up to ``size`` bytes at ``offset`` without moving."""
+        ...
+
+    def seek(self, pos: int) -> None:
+        """Go to ``pos``."""
+        ...
+
+
+class Source:
+    """Where a record is read from, in order; ``pos`` counts bytes since the record start."""
+
+    pos: int
+
+    def read(self, size: int, what: str) -> Any:
+        """Return exactly ``size`` bytes (bytes-like) or raise `TruncatedError` naming ``what``."""
+        raise NotImplementedError
+
+    def readinto(self, dst: memoryview, what: str) -> None:
+        """Fill ``dst`` completely or raise `TruncatedError`."""
+        raise NotImplementedError
+
+    def map(self, size: int, what: str) -> np.ndarray | None:
+        """Return the next ``size`` bytes as an array sharing a memory map, or None (then
+        nothing is read)."""
+        return None
+
+    def size(self) -> int | None:
+        """Bytes from the record start to the end of the data, if known."""
+        return None
+
+    def random_access(self) -> RandomAccess | None:
+        """Return this source's random access, or None when it reads in order only."""
+        return None
+
+
+class MemorySource(Source):
+    """Reads from an in-memory bytes-like object (or a memory map) without copying.
+
+    Args:
+        data: the bytes; the record starts at ``offset``.
+        pos: bytes of the record already consumed.
+        mapped: ``map()`` returns views of ``data`` (which is a memory-mapped file).
+    """
+
+    def __init__(self, data: Any, pos: int = 0, *, offset: int = 0, mapped: bool = False) -> None:
+        self._view = memoryview(data).cast("B")[offset:]
+        self.pos = pos
+        self._mapped = mapped
+
+    def read(self, size: int, what: str) -> memoryview:
+        end = self.pos + size
+        if end > len(self._view):
+            raise TruncatedError(what, self.pos, size, max(len(self._view) - self.pos, 0))
+        view = self._view[self.pos : end]
+        self.pos = end
+        return view
+
+    def readinto(self, dst: memoryview, what: str) -> None:
+        dst[:] = self.read(dst.nbytes, what)
+
+    def map(self, size: int, what: str) -> np.ndarray | None:
+        """Return a view of the next ``size`` bytes of a memory-mapped file, or None (then
+        nothing is read) when they do not start at a multiple of ``ALIGNMENT`` in memory: a
+        record that does not start at such a multiple in its file gives copies, never
+        misaligned arrays."""
+        if not self._mapped:
+            return None
+        array = np.frombuffer(self._view[self.pos : self.pos + size], dtype=np.uint8)
+        if array.ctypes.data % fmt.ALIGNMENT:
+            return None
+        return np.frombuffer(self.read(size, what), dtype=np.uint8)
+
+    def size(self) -> int:
+        return len(self._view)
+
+    def random_access(self) -> MemorySource:
+        return self
+
+    def read_at(self, offset: int, size: int) -> memoryview:
+        return self._view[offset : offset + size]
+
+    def seek(self, pos: int) -> None:
+        self.pos = pos
+
+    def replay(self) -> MemorySource:
+        """Return a new source of the same data, at the record start."""
+        return MemorySource(self._view, mapped=self._mapped)
+
+
+class FileSource(Source):
+    """Reads from a binary file object (seekable or not). Reads never ask the file for much
+    more than it holds: a large read is made in pieces, so a size declared by a damaged or
+    forged record allocates only what the file really has.
+
+    For a plain file on disk (see `plain_fileno`) it also offers random access, measured
+    from where the record starts.
+    """
+
+    def __init__(self, file: BinaryIO, pos: int = 0) -> None:
+        self._file = file
+        self.pos = pos
+        self._fileno = plain_fileno(file)
+        self._start = 0 if self._fileno is None else file.tell() - pos
+
+    def read(self, size: int, what: str) -> bytes | bytearray:
+        data: bytes | bytearray = self._file.read(min(size, READ_SIZE)) or b""
+        if len(data) < size:
+            parts = bytearray(data)
+            while len(parts) < size:
+                more = self._file.read(min(size - len(parts), READ_SIZE))
+                if not more:
+                    raise TruncatedError(what, self.pos, size, len(parts))
+                parts += more
+            data = parts
+        self.pos += size
+        return data
+
+    def readinto(self, dst: memoryview, what: str) -> None:
+        readinto = getattr(self._file, "readinto", None)
+        if readinto is None:
+            dst[:] = self.read(dst.nbytes, what)
+            return
+        dst = dst.cast("B")
+        done = 0
+        while done < len(dst):
+            count = readinto(dst[done:])
+            if not count:
+                raise TruncatedError(what, self.pos, len(dst), done)
+            done += count
+            self.pos += count
+
+    def size(self) -> int | None:
+        if self._fileno is None:
+            return None
+        return os.fstat(self._fileno).st_size - self._start
+
+    def random_access(self) -> FileSource | None:
+        return None if self._fileno is None else self
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        self._file.seek(self._start + offset)
+        try:
+            return self._file.read(size)
+        finally:
+            self._file.seek(self._start + self.pos)
+
+    def seek(self, pos: int) -> None:
+        self._file.seek(self._start + pos)
+        self.pos = pos
+
+
+class RecordingSource(Source):
+    """A source that keeps a copy of the record's bytes (``head``, then every byte read)."""
+
+    def __init__(self, source: Source, head: bytes) -> None:
+        self._source = source
+        self._data = bytearray(head)
+        self.pos = source.pos
+
+    def read(self, size: int, what: str) -> Any:
+        data = self._source.read(size, what)
+        self._data += data
+        self.pos = self._source.pos
+        return data
+
+    def readinto(self, dst: memoryview, what: str) -> None:
+        self._source.readinto(dst, what)
+        self._data += dst
+        self.pos = self._source.pos
+
+    def size(self) -> int | None:
+        return self._source.size()
+
+    def replay(self) -> MemorySource:
+        """Return a source of the bytes kept, at the record start."""
+        return MemorySource(self._data)
+
+
+def plain_fileno(file: Any) -> int | None:
+    """Return the descriptor of ``file`` when its bytes are the bytes of a regular file on
+    disk: a ``FileIO``, or a buffered reader over one, seekable. Return None for anything
+    else, such as ``gzip``/``bz2``/``lzma`` files (whose ``fileno()`` is the compressed file
+    underneath), pipes, sockets and in-memory files."""
+    raw = file.raw if isinstance(file, (io.BufferedReader, io.BufferedRandom)) else file
+    if not isinstance(raw, io.FileIO):
+        return None
+    try:
+        fileno = raw.fileno()
+        if not raw.seekable() or not stat.S_ISREG(os.fstat(fileno).st_mode):
+            return None
+    except (OSError, ValueError):  # a closed file
+        return None
+    return fileno
+
+
+_MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}
+
+
+def map_file(file: BinaryIO, mmap_mode: str) -> mmap.mmap | None:
+    """Map a regular file whole (see `plain_fileno`): read-only for ``mmap_mode``
+    "r", shared read-write for "r+", copy-on-write for "c". Return None when ``file`` is
+    not a plain file or is empty.
+
+    Arrays viewing the map read the file as they are used: if another program truncates the
+    file meanwhile, touching them raises SIGBUS, as with ``numpy.memmap``.
+    """
+    fileno = plain_fileno(file)
+    if fileno is None:
+        return None
+    size = os.fstat(fileno).st_size
+    return mmap.mmap(fileno, size, access=_MMAP_ACCESS[mmap_mode]) if size else None

@@ -1,0 +1,383 @@
+"""The drop-in Unpickler and load/loads: records (full or compact) and plain pickle data.
+
+A record is read by `blpickle.reader.RecordReader` and its pickle stream unpickled as the
+reader decompresses it (`blpickle.layout`); a compact record given to `loads` is checked and
+unpickled in one step. Input that does not start with blpickle's magic is read as plain
+pickle data.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import struct
+import traceback
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
+from typing import Any, BinaryIO, NamedTuple
+
+from . import format as fmt
+from .errors import (
+    BadMagicError,
+    BlpickleError,
+    CorruptError,
+    LimitError,
+    LoadError,
+    OptionsError,
+    SignatureError,
+    TruncatedError,
+)
+from .files import expand, naming_errors
+from .layout import PickleFile, open_pickle
+from .options import Options, available_threads, check_key
+from .reader import RecordReader
+from .restricted import RestrictedUnpickler
+from .safe import Policy
+from .sources import FileSource, MemorySource, Source, map_file
+
+__all__ = ["MMAP_MODES", "Unpickler", "load", "loads"]
+
+
+class _Settings(NamedTuple):
+    """The arguments of ``pickle.Unpickler`` an unpickler passes on to each load."""
+
+    fix_imports: bool
+    encoding: str
+    errors: str
+
+
+#: What the C unpickler raises for a malformed stream. In a record the stream passed its
+#: checksum, so these, and any other error the unpickler raises itself (TypeError,
+#: AttributeError, SystemError for opcodes applied to the wrong objects; MemoryError for a
+#: declared size: LimitError), mean a forged or damaged record: they become CorruptErrors.
+#: Other errors raised by the Python code the pickle calls (a class's ``__setstate__``, the
+#: import of a missing module) pass through unchanged, except in a restricted load.
+_MALFORMED_PICKLE = (pickle.UnpicklingError, EOFError, ValueError, struct.error, IndexError, KeyError, OverflowError)
+MMAP_MODES = (None, "r", "r+", "c")
+
+
+class Unpickler(pickle.Unpickler):
+    """A C ``pickle.Unpickler`` that reads blpickle records, and plain pickle data too.
+
+    Same arguments as ``pickle.Unpickler``, plus:
+
+    Args:
+        mmap_mode: for records written with ``codec=None`` in a regular file, return arrays
+            that view a memory map of the file, read-only ("r"), read-write ("r+") or
+            copy-on-write ("c"), as ``numpy.load`` does, instead of reading them. Mapped
+            buffers are not checksummed on load (data changed through "r+" no longer matches
+            its checksum: a later load without mmap_mode raises ChecksumError); the object
+            graph is always read and checked. As with ``numpy.memmap``, if another program
+            truncates the file while arrays map it, touching them kills the process (SIGBUS).
+            With ``key``, nothing is mapped: what loads is what the signature was checked on.
+            Compressed buffers, and files that are not plain files on disk, are read as
+            usual.
+        nthreads: decompression threads (default: every available CPU).
+        safe: import no global but builtin containers and scalars and numpy arrays, dtypes
+            and scalars (`blpickle.safe.SAFE_GLOBALS`); anything else raises
+            `blpickle.UnsafeLoadError` before it is imported. The pickle is run by
+            `blpickle.restricted.RestrictedUnpickler` (pure Python), which rebuilds
+            numpy dtypes and arrays from checked states; ``find_class`` and
+            ``persistent_load`` overrides are not used.
+        allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
+            ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
+        key: the key the record was signed with: the whole record is read and its
+            signature checked before anything is decompressed or unpickled; unsigned or
+            altered records raise `blpickle.SignatureError`. Plain pickle data is
+            refused.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        """Import ``module.name`` as pickle does. Overridden in Python so that the error of a
+        missing module or name comes from a frame the loader recognises as code the pickle
+        called (and passes through as pickle does), not as a malformed pickle."""
+        return super().find_class(module, name)
+
+    def __init__(
+        self,
+        file: BinaryIO,
+        *,
+        fix_imports: bool = True,
+        encoding: str = "ASCII",
+        errors: str = "strict",
+        buffers: Iterable[Any] | None = None,
+        mmap_mode: str | None = None,
+        nthreads: int | None = None,
+        safe: bool = False,
+        allowed: Iterable[str | Any] = (),
+        key: bytes | None = None,
+    ) -> None:
+        if mmap_mode not in MMAP_MODES:
+            raise OptionsError(f"mmap_mode must be one of {MMAP_MODES}, not {mmap_mode!r}")
+        self._settings = _Settings(fix_imports, encoding, errors)
+        super().__init__(file, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers)
+        self._file = file
+        self._buffers = buffers
+        self._mmap_mode = mmap_mode
+        self._nthreads = available_threads() if nthreads is None else Options(nthreads=nthreads).threads
+        allowed = tuple(allowed)
+        self._policy = Policy(allowed) if safe or allowed else None
+        self._key = check_key(key)
+
+    def load(self) -> Any:
+        """Read one record (or one plain pickle) from the file and return the object.
+
+        Raises:
+            blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
+            pickle.UnpicklingError, EOFError: for plain pickle data, as ``pickle`` does.
+        """
+        if not hasattr(self, "_settings"):
+            raise pickle.UnpicklingError(f"Unpickler.__init__() was not called by {type(self).__name__}.__init__()")
+        head = _read_upto(self._file, len(fmt.MAGIC))
+        if head == fmt.MAGIC:
+            return self._load_record(head)
+        if len(head) < len(fmt.MAGIC) and fmt.MAGIC.startswith(head):
+            raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
+        if fmt.damaged_magic(head):
+            raise BadMagicError(head)
+        if self._key is not None:
+            raise SignatureError("this is not a blpickle record, so it cannot be signed: refusing to load it")
+        return self._unpickle(_rewind(self._file, head), self._buffers)
+
+    def _load_record(self, magic: bytes) -> Any:
+        """Load the record whose magic was just read, by reading the file, or with
+        ``mmap_mode`` from a memory map of it if it is a plain file (then leave the file just
+        after the record)."""
+        # a signed record loads from the bytes its signature was checked on, never from a map
+        # that another program could change after the check
+        mapped = None if self._mmap_mode is None or self._key is not None else map_file(self._file, self._mmap_mode)
+        if mapped is None:
+            return self._load_from(FileSource(self._file, pos=len(magic)), magic)
+        start = self._file.tell() - len(magic)
+        source = MemorySource(mapped, len(magic), offset=start, mapped=True)
+        try:
+            return self._load_from(source, magic)
+        finally:
+            self._file.seek(start + source.pos)
+
+    def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
+        """Unpickle ``file``: in safe mode with the `RestrictedUnpickler`, else with
+        the C unpickler with a fresh state, keeping this object's overrides (``find_class``,
+        ``persistent_load``) and attributes. (Re-initialising a C Unpickler that has already
+        loaded crashes CPython, so each load gets a clone.)"""
+        fix_imports, encoding, errors = self._settings
+        if self._policy is not None:
+            return RestrictedUnpickler(
+                file, self._policy, buffers=buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
+            ).load()
+        clone = pickle.Unpickler.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        pickle.Unpickler.__init__(
+            clone, file, buffers=buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
+        )
+        return pickle.Unpickler.load(clone)
+
+    def _load_from(self, source: Source, magic: bytes) -> Any:
+        reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
+        header = reader.header
+        # a compact record has no splice: its pickle is read as it is, with no layout to follow
+        graph = io.BytesIO(reader.read_compact_pickle()) if reader.compact else open_pickle(reader)
+        buffers: Iterable[Any] = reader.buffers()
+        if header.external:
+            if self._buffers is None:
+                raise LoadError(
+                    f"this record uses {len(header.external)} out-of-band buffers kept by the "
+                    "caller when it was written: pass them as buffers="
+                )
+            buffers = _merge_buffers(iter(buffers), iter(self._buffers), header.external)
+        try:
+            obj = self._unpickle(graph, buffers)
+        except BlpickleError:
+            raise
+        except Exception as exc:
+            if isinstance(graph, PickleFile) and graph.error is not None:  # lost by the unpickler
+                raise graph.error from None
+            if isinstance(exc, MemoryError):  # a size the pickle declares, wherever it was allocated
+                raise LimitError(f"the record's object graph declares more than can be allocated: {exc}") from exc
+            if self._policy is None and not isinstance(exc, _MALFORMED_PICKLE) and _raised_by_called_code(exc):
+                raise  # a class's __setstate__, a missing module: as pickle reports them
+            raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
+        reader.finish()
+        return obj
+
+
+def _raised_by_called_code(exc: BaseException) -> bool:
+    """True when ``exc`` was raised in Python code the unpickler called (its traceback goes
+    deeper than `Unpickler._unpickle`), not by the unpickler or a builtin itself."""
+    frames = [frame.f_code for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    return Unpickler._unpickle.__code__ in frames[:-1]
+
+
+def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[int, ...]) -> Iterator[Any]:
+    """Yield out-of-band buffers in pickle order, from the caller's at ``external`` slots."""
+    slots = set(external)
+    slot = 0
+    while True:
+        source = theirs if slot in slots else ours
+        try:
+            buffer = next(source)
+        except StopIteration:
+            return
+        yield buffer
+        slot += 1
+
+
+def _read_upto(file: BinaryIO, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        more = file.read(size - len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+class _Prefixed:
+    """A file that returns ``prefix`` then the rest of ``file`` (for non-seekable input)."""
+
+    def __init__(self, prefix: bytes, file: BinaryIO) -> None:
+        self._prefix = prefix
+        self._file = file
+
+    def read(self, size: int = -1) -> bytes:
+        head, self._prefix = (
+            (self._prefix, b"") if size < 0 or size >= len(self._prefix) else (self._prefix[:size], self._prefix[size:])
+        )
+        if size < 0:
+            return head + self._file.read()
+        return head + (self._file.read(size - len(head)) if size > len(head) else b"")
+
+    def readline(self, size: int = -1) -> bytes:
+        end = self._prefix.find(b"\n") + 1 or len(self._prefix)
+        if 0 <= size < end:
+            end = size
+        head, self._prefix = self._prefix[:end], self._prefix[end:]
+        if head.endswith(b"\n") or self._prefix or 0 <= size <= len(head):
+            return head
+        return head + self._file.readline(-1 if size < 0 else size - len(head))
+
+
+def _rewind(file: BinaryIO, head: bytes) -> Any:
+    try:
+        if file.seekable():
+            file.seek(-len(head), io.SEEK_CUR)
+            return file
+    except (AttributeError, OSError):
+        pass
+    return _Prefixed(head, file)
+
+
+def load(
+    file: BinaryIO | str | os.PathLike[str],
+    *,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    errors: str = "strict",
+    buffers: Iterable[Any] | None = None,
+    mmap_mode: str | None = None,
+    nthreads: int | None = None,
+    safe: bool = False,
+    allowed: Iterable[str | Any] = (),
+    key: bytes | None = None,
+) -> Any:
+    """Read one object from ``file``: a blpickle record or plain pickle data.
+
+    Args:
+        file: a binary file object (anything with ``read``) or a path (``~`` is expanded).
+            After a record, a file is left just after it, so records written one after the
+            other load one after the other.
+        fix_imports: as in `pickle.load`.
+        encoding: as in `pickle.load` (for Python 2 pickles).
+        errors: as in `pickle.load` (for Python 2 pickles).
+        buffers: the out-of-band buffers a ``buffer_callback`` kept at dump time, in order.
+        mmap_mode: ``"r"``, ``"r+"`` or ``"c"``: arrays of records written with ``codec=None``
+            view a memory map of the file, as with `numpy.load` (not checksummed); None (the
+            default) reads the file. Ignored with ``key``: a signed load maps nothing.
+        nthreads: decompression threads (default: every available CPU).
+        safe: refuse every global but builtin containers and scalars and numpy arrays,
+            dtypes and scalars, with a restricted unpickler (`blpickle.restricted`).
+        allowed: more globals a safe load may import: ``"pkg.mod.Name"``, ``"pkg.*"``, or the
+            objects themselves. Implies ``safe``.
+        key: the key the record was signed with: the signature is checked before anything
+            is decompressed or unpickled; unsigned or altered records raise `SignatureError`.
+
+    Example:
+        ```python
+        obj = blpickle.load("model.blp", safe=True)
+        ```
+
+    Raises:
+        blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
+    """
+    with ExitStack() as stack:
+        if isinstance(file, (str, os.PathLike)):
+            path = expand(file)
+            stack.enter_context(naming_errors(path))
+            file = stack.enter_context(open(path, "r+b" if mmap_mode == "r+" else "rb"))
+        unpickler = Unpickler(
+            file,
+            fix_imports=fix_imports,
+            encoding=encoding,
+            errors=errors,
+            buffers=buffers,
+            mmap_mode=mmap_mode,
+            nthreads=nthreads,
+            safe=safe,
+            allowed=allowed,
+            key=key,
+        )
+        return unpickler.load()
+
+
+def loads(
+    data: Any,
+    /,
+    *,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    errors: str = "strict",
+    buffers: Iterable[Any] | None = None,
+    nthreads: int | None = None,
+    safe: bool = False,
+    allowed: Iterable[str | Any] = (),
+    key: bytes | None = None,
+) -> Any:
+    """Read one object from a bytes-like object: a blpickle record or plain pickle data.
+
+    Takes the arguments of `load` but ``file`` and ``mmap_mode``.
+
+    Example:
+        ```python
+        array = blpickle.loads(blpickle.dumps(np.arange(10)))
+        ```
+
+    Raises:
+        TypeError: for ``str`` input.
+        blpickle.LoadError: for a damaged or truncated record (a ``pickle.UnpicklingError``).
+    """
+    if isinstance(data, str):
+        raise TypeError("a bytes-like object is required, not 'str'")
+    if not safe and not allowed and key is None:
+        body = fmt.checked_compact_pickle(data)
+        if body is not None:
+            try:
+                return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=())
+            except Exception:
+                pass  # loaded again below, to report the error as for every record
+    view = memoryview(data).cast("B")
+    head = bytes(view[: len(fmt.MAGIC)])
+    unpickler = Unpickler(
+        io.BytesIO(data) if head != fmt.MAGIC else io.BytesIO(),
+        fix_imports=fix_imports,
+        encoding=encoding,
+        errors=errors,
+        buffers=buffers,
+        nthreads=nthreads,
+        safe=safe,
+        allowed=allowed,
+        key=key,
+    )
+    if head != fmt.MAGIC:
+        return unpickler.load()
+    return unpickler._load_from(MemorySource(view, len(fmt.MAGIC)), head)

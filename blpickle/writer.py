@@ -1,0 +1,294 @@
+"""Writing full records: a pickled object in, one record out.
+
+Data flows one way: the pickler hands over a `Pickled` (its pickle stream, compressing
+already if it is big, and its out-of-band buffers); `write_pickled` plans every stream
+(`blpickle.policy`), encodes the header once with its codecs, then writes the frames and the
+trailer. (A small pickle with no out-of-band buffer is a compact record instead, written by
+the pickler with `blpickle.format.encode_compact`.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, BinaryIO
+
+import numpy as np
+import xxhash
+
+from . import format as fmt
+from .buffers import Payload
+from .chunks import compress_chunk
+from .errors import DumpError
+from .options import Options
+from .policy import ChunkPlan, plan_buffer, plan_graph, plan_raw
+from .pool import map_ordered, shared_pool
+
+__all__ = ["CountingWriter", "PackedStream", "Pickled", "write_pickled", "write_record"]
+
+#: Raw payloads are hashed and written in pieces of this size.
+RAW_PIECE_SIZE = 8 << 20
+
+
+class PackedStream:
+    """A stream compressed while it is still being written, for the pickle stream: each chunk
+    given to `add` is compressed in the shared pool at once, so that compressing the
+    pickle overlaps pickling the rest of it.
+
+    Attributes:
+        plan: how its chunks are compressed (`blpickle.policy.plan_graph`).
+        nbytes: bytes added so far.
+    """
+
+    def __init__(self, plan: ChunkPlan, nthreads: int) -> None:
+        self.plan = plan
+        self._pool = shared_pool(nthreads) if nthreads > 1 else None
+        self._chunks: list[Future[bytes]] = []
+        self.nbytes = 0
+
+    def add(self, chunk: bytes, *, last: bool = False) -> None:
+        """Start compressing the next chunk (``plan.chunk_size`` bytes, or fewer for the
+        ``last``). The last one is compressed in this thread, which would only wait for the
+        pool."""
+        self.nbytes += len(chunk)
+        if self._pool is None or last:
+            future: Future[bytes] = Future()
+            future.set_result(compress_chunk(chunk, self.plan.cparams))
+            self._chunks.append(future)
+            return
+        started = threading.Event()
+        self._chunks.append(self._pool.submit(self._compress, chunk, started))
+        # Wait until a thread runs it: the pickler holds the GIL, which a waiting thread would
+        # otherwise get only at the next switch interval (5 ms), so after pickling is over.
+        started.wait()
+
+    def _compress(self, chunk: bytes, started: threading.Event) -> bytes:
+        started.set()
+        return compress_chunk(chunk, self.plan.cparams)
+
+    def packed(self) -> Iterator[bytes]:
+        """Yield the compressed chunks in order, waiting for each.
+
+        Raises:
+            DumpError: when Blosc2 could not compress a chunk.
+        """
+        for future in self._chunks:
+            yield future.result()
+
+    def cancel(self) -> None:
+        """Drop the chunks not compressed yet (the dump failed)."""
+        for future in self._chunks:
+            future.cancel()
+
+
+@dataclasses.dataclass
+class Pickled:
+    """An object pickled, ready to be written as a record.
+
+    Attributes:
+        graph: the pickle stream: compressing already (a big one), or whole in memory.
+        buffers: the out-of-band buffers, and the large payloads spliced out of the pickle
+            (with their offset in it), in the order the pickle uses them.
+        external: positions of the out-of-band buffers the caller keeps (``buffer_callback``).
+        protocol: the pickle protocol.
+    """
+
+    graph: PackedStream | bytearray
+    buffers: Sequence[tuple[Payload, int | None]]
+    external: tuple[int, ...]
+    protocol: int
+
+
+class CountingWriter:
+    """A binary file wrapper that writes everything it is given (looping over short writes
+    of raw streams) and counts the bytes written since it was created, in ``pos``."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._write = file.write
+        self.pos = 0
+
+    def write(self, data: Any) -> None:
+        size = memoryview(data).nbytes
+        written = self._write(data)
+        # Raw (unbuffered) streams may write less than asked.
+        while written is not None and written < size:
+            rest = memoryview(data).cast("B")[written:]
+            more = self._write(rest)
+            written += more or 0
+        self.pos += size
+
+
+def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes | None = None) -> None:
+    """Write ``pickled`` as one full record, with every stream planned by `blpickle.policy`
+    before the header is encoded (a compact record needs none of this: see
+    `blpickle.format.encode_compact`).
+
+    Raises:
+        DumpError: when the header would be over ``MAX_HEADER_SIZE`` (nothing is written
+            then), or when Blosc2 cannot compress a chunk.
+    """
+    graph = pickled.graph
+    payloads: list[PackedStream | Payload] = []
+    plans: list[ChunkPlan] = []
+    infos: list[fmt.StreamInfo] = []
+    if isinstance(graph, bytearray):
+        plan = plan_graph(options)
+        if plan.raw:
+            payloads.append(Payload(memoryview(graph), 1))
+            plan = plan_raw(len(graph))
+        else:
+            packed = PackedStream(plan, 1)
+            packed.add(bytes(graph), last=True)
+            payloads.append(packed)
+    else:
+        payloads.append(graph)
+        plan = graph.plan
+    nbytes = payloads[0].nbytes
+    plans.append(plan)
+    infos.append(fmt.StreamInfo(nbytes, plan.chunk_size, raw=plan.raw, codec=plan.codec))
+    for payload, splice in pickled.buffers:
+        plan = plan_buffer(options, payload.nbytes, payload.itemsize, payload.sample, payload.chunk_multiple)
+        payloads.append(payload)
+        plans.append(plan)
+        infos.append(
+            fmt.StreamInfo(
+                nbytes=payload.nbytes,
+                chunk_size=plan.chunk_size,
+                itemsize=payload.itemsize,
+                raw=plan.raw,
+                dtype=None if payload.dtype is None else _dtype_name(payload.dtype),
+                shape=payload.shape,
+                splice=splice,
+                codec=plan.codec,
+            )
+        )
+    header = fmt.Header(options.to_dict(), pickled.protocol, tuple(infos), pickled.external)
+    write_record(file, header, payloads, plans, options.threads, key)
+
+
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``str(dtype)``, remembered: slow for structured dtypes, and many arrays share one."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        if len(_DTYPE_NAMES) > 256:
+            _DTYPE_NAMES.clear()
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
+Frame = tuple[int, int, int, "bytes | None"]  # offset, stored size, checksum, digest
+
+
+def write_record(
+    file: BinaryIO,
+    header: fmt.Header,
+    payloads: Sequence[Payload | PackedStream],
+    plans: Sequence[ChunkPlan],
+    nthreads: int,
+    key: bytes | None = None,
+) -> None:
+    """Write one full record: preamble and header, the frames of every stream, the trailer.
+
+    ``payloads`` and ``plans`` hold the data of ``header.streams`` and how to compress it,
+    in the same order (a PackedStream is compressing already). With a ``key`` the record is
+    signed (HMAC-SHA256 of the header and of a BLAKE2b digest of every frame).
+
+    Raises:
+        DumpError: when the header is over ``MAX_HEADER_SIZE`` (nothing is written then), or
+            when Blosc2 cannot compress a chunk.
+    """
+    header_bytes = header.encode()
+    if len(header_bytes) > fmt.MAX_HEADER_SIZE:
+        raise DumpError(
+            f"the record's header takes {len(header_bytes)} bytes ({len(header.streams)} streams), over the "
+            f"{fmt.MAX_HEADER_SIZE} bytes readers accept: write fewer out-of-band buffers per record"
+        )
+    out = CountingWriter(file)
+    head = fmt.encode_preamble(len(header_bytes), 0 if key is None else fmt.FLAG_SIGNED) + header_bytes
+    header_checksum = fmt.checksum(head)
+    out.write(head + fmt.U64.pack(header_checksum))
+    index = fmt.FrameIndex()
+    digests: list[bytes] = []
+    sign = key is not None
+    for info, payload, plan in zip(header.streams, payloads, plans, strict=True):
+        frames: Iterable[Frame]
+        if isinstance(payload, PackedStream):
+            frames = _write_packed_stream(out, payload, header_checksum, len(index), sign)
+        elif plan.raw:
+            seed = fmt.frame_seed(header_checksum, len(index))
+            frames = [_write_raw_frame(out, payload, seed, sign)] if info.nbytes else []
+        else:
+            frames = _write_chunked(out, payload, plan, header_checksum, len(index), sign, nthreads)
+        for offset, csize, checksum, digest in frames:
+            index.add(offset, csize, checksum)
+            if digest is not None:
+                digests.append(digest)
+    if key is not None:
+        index.signature = fmt.signature(key, head, digests)
+    trailer = index.encode()
+    footer = fmt.FOOTER.pack(len(trailer), fmt.checksum(trailer, header_checksum), fmt.END_MAGIC)
+    out.write(fmt.U64.pack(len(trailer)) + trailer + footer)
+
+
+def _write_chunked(
+    out: CountingWriter, payload: Payload, plan: ChunkPlan, header_checksum: int, first: int, sign: bool, nthreads: int
+) -> Iterator[Frame]:
+    """Compress a buffer's chunks in the pool (with their checksums and digests) and write
+    their frames in order as they come."""
+
+    def compress(job: tuple[int, Any]) -> tuple[bytes, int, bytes | None]:
+        frame, piece = job
+        packed = compress_chunk(piece, plan.cparams)
+        return (
+            packed,
+            fmt.checksum(packed, fmt.frame_seed(header_checksum, frame)),
+            (fmt.frame_digest(packed) if sign else None),
+        )
+
+    jobs = enumerate(payload.chunks(plan.chunk_size), start=first)
+    for packed, checksum, digest in map_ordered(compress, jobs, plan.nchunks(payload.nbytes), nthreads):
+        offset = out.pos
+        out.write(fmt.U64.pack(len(packed)))
+        out.write(packed)
+        out.write(fmt.U64.pack(checksum))
+        yield offset, len(packed), checksum, digest
+
+
+def _write_packed_stream(
+    out: CountingWriter, stream: PackedStream, header_checksum: int, first_frame: int, sign: bool
+) -> list[Frame]:
+    """Write the frames of a PackedStream (the pickle stream, compressed by now) in one write,
+    so that an unbuffered file sees one system call for them, not three per chunk."""
+    frames: list[Frame] = []
+    parts: list[bytes] = []
+    offset = out.pos
+    for frame, packed in enumerate(stream.packed(), start=first_frame):
+        checksum = fmt.checksum(packed, fmt.frame_seed(header_checksum, frame))
+        parts += [fmt.U64.pack(len(packed)), packed, fmt.U64.pack(checksum)]
+        frames.append((offset, len(packed), checksum, fmt.frame_digest(packed) if sign else None))
+        offset += len(packed) + 2 * fmt.U64.size
+    out.write(b"".join(parts))
+    return frames
+
+
+def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool) -> Frame:
+    out.write(bytes(fmt.raw_padding(out.pos)))
+    offset = out.pos
+    out.write(fmt.U64.pack(payload.nbytes))
+    hasher = xxhash.xxh3_64(seed=seed)
+    signer = hashlib.blake2b(digest_size=32) if sign else None
+    multiple = payload.chunk_multiple
+    for piece in payload.chunks(RAW_PIECE_SIZE - RAW_PIECE_SIZE % multiple or multiple):
+        hasher.update(piece)
+        if signer is not None:
+            signer.update(piece)
+        out.write(piece)
+    checksum = hasher.intdigest()
+    out.write(fmt.U64.pack(checksum))
+    return offset, payload.nbytes, checksum, None if signer is None else signer.digest()

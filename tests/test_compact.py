@@ -1,0 +1,207 @@
+"""Compact records (format 1.1): written for small pickles with nothing out of band, read by
+every reader: loads/load (plain, safe, allowed, mmap_mode, streams), Unpickler, inspect and
+the command line."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import blpickle
+from blpickle import format as fmt
+from blpickle.policy import COMPACT_LIMIT
+from blpickle.reader import RecordReader
+from blpickle.sources import MemorySource
+
+SMALL = {"a": 1, "text": "γ", "array": np.arange(10, dtype=np.int16), "nested": [1.5, None, (2, 3)]}  # noqa: RUF001
+
+
+def _same(expected: dict, actual: dict) -> None:
+    assert actual.keys() == expected.keys()
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            assert actual[key].dtype == value.dtype and np.array_equal(actual[key], value)
+        else:
+            assert actual[key] == value
+
+
+def test_a_small_object_is_a_compact_record_24_bytes_over_its_pickle():
+    for obj in ({"a": 1}, list(range(1000)), [{"id": i} for i in range(100)], None):
+        data = blpickle.dumps(obj)
+        plain = pickle.dumps(obj, protocol=5)
+        assert len(data) == len(plain) + fmt.COMPACT_OVERHEAD == len(plain) + 24
+        magic, major, minor, flags, size = fmt.PREAMBLE.unpack_from(data)
+        assert (magic, major, minor, flags, size) == (fmt.MAGIC, 1, 1, fmt.FLAG_COMPACT, len(plain))
+        assert data[16:-8] == plain
+        assert fmt.U64.unpack(data[-8:])[0] == fmt.checksum(data[:-8])
+        assert blpickle.loads(data) == obj
+
+
+def test_compact_records_load_through_every_loader(tmp_path):
+    data = blpickle.dumps(SMALL)
+    _same(SMALL, blpickle.loads(data))
+    _same(SMALL, blpickle.loads(bytearray(data)))
+    _same(SMALL, blpickle.loads(memoryview(data)))
+    _same(SMALL, blpickle.loads(data, safe=True))
+    _same(SMALL, blpickle.loads(data, allowed=["builtins.dict"]))
+    _same(SMALL, blpickle.load(io.BytesIO(data)))
+    _same(SMALL, blpickle.Unpickler(io.BytesIO(data)).load())
+    path = tmp_path / "small.blp"
+    blpickle.dump(SMALL, path)
+    assert path.read_bytes() == data
+    for mode in (None, "r", "c"):
+        _same(SMALL, blpickle.load(path, mmap_mode=mode))
+    _same(SMALL, blpickle.load(path, safe=True))
+
+
+def test_compact_and_full_records_follow_each_other_in_one_file(tmp_path):
+    path = tmp_path / "several.blp"
+    big = np.arange(100_000)
+    with open(path, "wb") as file:
+        for obj in ({"first": 1}, big, "last"):
+            blpickle.dump(obj, file)
+    for mode in (None, "r"):
+        with open(path, "rb") as file:
+            assert blpickle.load(file, mmap_mode=mode) == {"first": 1}
+            assert np.array_equal(blpickle.load(file, mmap_mode=mode), big)
+            assert blpickle.load(file, mmap_mode=mode) == "last"
+            assert file.read() == b""
+
+
+def test_a_compact_record_loads_from_a_stream_that_cannot_seek():
+    read, write = os.pipe()
+    data = blpickle.dumps({"piped": True}) + blpickle.dumps([1, 2])
+    os.write(write, data)
+    os.close(write)
+    with os.fdopen(read, "rb", buffering=0) as pipe:
+        assert blpickle.load(pipe) == {"piped": True}
+        assert blpickle.load(pipe) == [1, 2]
+
+
+def test_inspect_and_the_command_line_describe_a_compact_record(tmp_path):
+    data = blpickle.dumps({"a": 1, "d": np.float64(2.0)})
+    for verify in (True, False):
+        info = blpickle.inspect(data, verify=verify)
+        assert (info.version, info.signed, info.options, info.buffers) == ("1.1", False, {}, ())
+        assert info.protocol == 5 and info.pickle_nbytes == info.pickle_stored == len(data) - 24
+        assert info.size == len(data)
+        assert "numpy.dtype" in info.globals
+    path = tmp_path / "small.blp"
+    path.write_bytes(data)
+    for command in ("info", "verify"):
+        result = subprocess.run([sys.executable, "-m", "blpickle", command, str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    assert (
+        "format version 1.1"
+        in subprocess.run([sys.executable, "-m", "blpickle", "info", str(path)], capture_output=True, text=True).stdout
+    )
+
+
+def test_what_does_not_fit_a_compact_record_is_a_full_one():
+    full = {
+        "big pickle": list(range(COMPACT_LIMIT // 2)),
+        "out-of-band buffer": np.arange(100_000),
+        "spliced payload": b"x" * (2 << 20),
+    }
+    for name, obj in full.items():
+        assert RecordReader(MemorySource(blpickle.dumps(obj)), nthreads=1).compact is False, name
+    assert RecordReader(MemorySource(blpickle.dumps([1], key=b"k")), nthreads=1).compact is False
+    assert RecordReader(MemorySource(blpickle.dumps(np.arange(3), codec=None)), nthreads=1).compact is False
+    kept = []
+    data = blpickle.dumps(np.arange(100_000), buffer_callback=lambda b: kept.append(b) and False)
+    assert RecordReader(MemorySource(data), nthreads=1).compact is False
+    for protocol in (0, 2, 4):
+        data = blpickle.dumps({"p": protocol}, protocol=protocol)
+        assert RecordReader(MemorySource(data), nthreads=1).compact
+        assert blpickle.loads(data) == {"p": protocol}
+        assert blpickle.inspect(data).protocol == (0 if protocol < 2 else protocol)
+
+
+def test_a_key_refuses_a_compact_record_and_signed_dumps_are_full():
+    with pytest.raises(blpickle.SignatureError, match="not signed"):
+        blpickle.loads(blpickle.dumps({"a": 1}), key=b"k")
+    signed = blpickle.dumps({"a": 1}, key=b"k")
+    assert blpickle.loads(signed, key=b"k") == {"a": 1}
+    assert blpickle.inspect(signed, key=b"k").version == "1.0"
+
+
+def _compact(pickled: bytes, flags: int = fmt.FLAG_COMPACT) -> bytes:
+    head = fmt.PREAMBLE.pack(fmt.MAGIC, 1, 1, flags, len(pickled)) + pickled
+    return head + fmt.U64.pack(fmt.checksum(head))
+
+
+def test_damaged_compact_records_raise_typed_errors():
+    data = blpickle.dumps({"a": 1, "b": "x" * 50})
+    flipped = bytearray(data)
+    flipped[30] ^= 0x10
+    with pytest.raises(blpickle.ChecksumError, match="the header"):
+        blpickle.loads(bytes(flipped))
+    for cut in (10, 20, len(data) - 1):
+        with pytest.raises(blpickle.TruncatedError):
+            blpickle.loads(data[:cut])
+    with pytest.raises(blpickle.CorruptError, match="compact records are never signed"):
+        blpickle.loads(_compact(pickle.dumps(1), fmt.FLAG_COMPACT | fmt.FLAG_SIGNED))
+    with pytest.raises(blpickle.CorruptError, match="protocol 6"):
+        blpickle.loads(_compact(b"\x80\x06N."))
+    buffered = pickle.dumps(pickle.PickleBuffer(b"abc"), protocol=5, buffer_callback=lambda b: False)
+    for safe in (False, True):
+        with pytest.raises(blpickle.CorruptError):
+            blpickle.loads(_compact(buffered), safe=safe)
+    with pytest.raises(blpickle.CorruptError):
+        blpickle.loads(_compact(pickle.dumps([1, 2])[:-1]))  # no STOP
+
+
+def test_errors_of_code_the_pickle_calls_pass_through_as_for_full_records():
+    missing = _compact(pickle.dumps(os.path.join, protocol=5).replace(b"posixpath", b"nosuchmod"))
+    with pytest.raises(ModuleNotFoundError):
+        blpickle.loads(missing)
+    with pytest.raises(blpickle.UnsafeLoadError):
+        blpickle.loads(missing, safe=True)
+
+
+def test_a_1_0_reader_refuses_a_compact_pickle_as_a_header():
+    """The compact kind is a new minor version: a 1.0 reader would decode the pickle as a
+    msgpack header, which never succeeds, at any protocol."""
+    for protocol in range(6):
+        with pytest.raises(blpickle.CorruptError):
+            fmt.Header.decode(pickle.dumps({"a": [1, 2.5]}, protocol=protocol))
+
+
+class _DumpsInside:
+    """Pickles as the blpickle record of something else: a dumps nested in a dumps."""
+
+    def __reduce__(self):
+        return blpickle.loads, (blpickle.dumps({"inner": 1}),)
+
+
+def test_dumps_nests_and_runs_in_several_threads():
+    assert blpickle.loads(blpickle.dumps([_DumpsInside(), 2])) == [{"inner": 1}, 2]
+    results: dict[int, bool] = {}
+
+    def work(number: int) -> None:
+        results[number] = all(blpickle.loads(blpickle.dumps({"n": number, "i": i})) == {"n": number, "i": i}
+                               for i in range(2000))  # fmt: skip
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == dict.fromkeys(range(4), True)
+
+
+def test_a_failed_dumps_leaves_the_next_one_right():
+    class Fails:
+        def __reduce__(self):
+            raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        blpickle.dumps([1, Fails()])
+    assert blpickle.loads(blpickle.dumps({"after": 1})) == {"after": 1}

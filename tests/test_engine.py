@@ -1,0 +1,106 @@
+"""The engine's building blocks: policy decisions, the chunk codec and the ordered pool."""
+
+from __future__ import annotations
+
+import os
+
+import blosc2
+import numpy as np
+import pytest
+
+import blpickle
+from blpickle import chunks, policy
+from blpickle.buffers import Payload
+from blpickle.errors import ChecksumError, CorruptError
+from blpickle.options import Options
+from blpickle.pool import map_ordered
+
+RAMP = np.arange(1 << 20, dtype=np.int64)  # compresses hundreds of times
+NOISE = np.frombuffer(os.urandom(1 << 20), dtype=np.uint8)  # does not compress
+
+
+def test_compressed_chunks_come_back_in_order_and_decompress_into_their_slots():
+    view = RAMP.view(np.uint8).data
+    plan = policy.plan_buffer(Options(codec="lz4"), view.nbytes, 8, lambda size: view[:size])
+    pieces = [view[i : i + plan.chunk_size] for i in range(0, view.nbytes, plan.chunk_size)]
+    for nthreads in (1, 3):
+        packed = list(chunks.compress_chunks(pieces, plan.cparams, len(pieces), nthreads))
+        out = np.empty_like(RAMP)
+        slots = out.view(np.uint8).data
+        jobs = ((p, slots[i * plan.chunk_size : (i + 1) * plan.chunk_size], f"chunk {i}") for i, p in enumerate(packed))
+        chunks.decompress_chunks(jobs, len(packed), nthreads)
+        assert np.array_equal(out, RAMP)
+
+
+def test_a_chunk_that_does_not_fit_its_slot_is_refused_naming_it():
+    packed = chunks.compress_chunk(b"x" * 1000, policy.blosc2_cparams(Options(), 1, "zstd"))
+    with pytest.raises(CorruptError, match=r"chunk 7 of buffer 2 holds 1000 bytes in \d+, expected 999"):
+        chunks.decompress_chunk(packed, memoryview(bytearray(999)), "chunk 7 of buffer 2")
+    with pytest.raises(CorruptError, match="the last chunk at offset 40 is too short"):
+        chunks.decompress_chunk(packed[:20], memoryview(bytearray(1000)), "the last chunk", 40)
+    with pytest.raises(CorruptError, match=r"holds 1000 bytes in \d+, expected 1000 in"):
+        chunks.decompress_chunk(packed + b"\0", memoryview(bytearray(1000)), "a chunk")
+    stored = blpickle.format.checksum(packed, 5)
+    with pytest.raises(ChecksumError):
+        chunks.unpack_chunk(packed, stored + 1, 5, 1000, None, "a frame", 0)
+    out = bytearray(1000)
+    chunks.unpack_chunk(packed, stored, 5, 1000, memoryview(out), "a frame", 0)
+    assert out == b"x" * 1000
+
+
+def test_the_policy_plans_record_buffers_and_the_pickle_stream():
+    options = Options()
+    assert policy.plan_buffer(Options(codec=None), 100, 4, lambda size: b"").raw
+    ramp = policy.plan_buffer(options, RAMP.nbytes, 8, lambda size: RAMP.view(np.uint8).data[:size])
+    noise = policy.plan_buffer(options, NOISE.nbytes, 1, lambda size: NOISE.data[:size])
+    assert (ramp.codec, noise.codec) == ("zstd", "lz4")  # "auto": zstd only where it pays
+    assert ramp.cparams["typesize"] == 8 and ramp.cparams["blocksize"] % 8 == 0
+    assert policy.plan_buffer(Options(codec="zlib"), 10, 1, lambda size: b"").codec == "zlib"
+    graph = policy.plan_graph(options)
+    assert (graph.codec, graph.chunk_size) == (policy.GRAPH_CODEC, policy.GRAPH_CHUNK_SIZE)
+    assert graph.cparams["blocksize"] == graph.chunk_size
+    assert policy.plan_graph(Options(codec=None)).raw
+    assert policy.chunk_size_for(Options(nthreads=4, chunk_size=1 << 22), 3 << 20, 8) == policy.PARALLEL_CHUNK_SIZE
+
+
+def test_transfers_go_raw_when_compression_does_not_pay():
+    options = Options(codec="lz4")
+    ramp = RAMP.view(np.uint8).data
+    assert policy.plan_transfer(options, ramp, 8, "auto", 1 << 19, 2.0).codec == "lz4"
+    assert policy.plan_transfer(options, NOISE.data, 1, "auto", 1 << 19, 2.0).raw
+    assert policy.plan_transfer(options, NOISE.data, 1, True, 1 << 19, 2.0).codec == "lz4"
+    assert policy.plan_transfer(options, ramp, 8, False, 1 << 19, 2.0).raw
+    assert policy.plan_transfer(options, ramp, 8, "auto", 1 << 30, 2.0).raw  # under min_size
+    assert policy.plan_transfer(Options(codec=None), ramp, 8, True, 0, 2.0).raw
+
+
+def test_stream_chunks_find_their_element_size():
+    int16 = (np.arange(1 << 18) % 300).astype(np.int16)
+    assert policy.pick_typesize(int16.view(np.uint8).data, Options()) == 2
+    assert policy.pick_typesize(RAMP.view(np.uint8).data, Options()) == 8
+    assert policy.pick_typesize(RAMP.view(np.uint8).data, Options(shuffle="noshuffle")) == 1
+    plan = policy.plan_stream_chunk(int16.view(np.uint8).data, Options(codec="zstd"))
+    assert (plan.codec, plan.typesize, plan.chunk_size) == ("zstd", 2, int16.nbytes)
+    packed = chunks.compress_chunk(int16.view(np.uint8).data, plan.cparams)
+    assert blosc2.decompress2(packed) == int16.tobytes()
+
+
+def test_strided_payloads_are_read_in_whole_elements():
+    strided = np.arange(300.0).reshape(30, 10)[::2, ::-3]
+    payload = Payload.from_array(strided)
+    assert payload.nbytes == strided.nbytes and payload.chunk_multiple == 8
+    assert b"".join(bytes(piece) for piece in payload.chunks(48)) == np.ascontiguousarray(strided).tobytes()
+
+
+def test_map_ordered_keeps_order_and_stops_cleanly_on_an_error():
+    assert list(map_ordered(lambda item: item * 2, iter(range(200)), 200, 3)) == [i * 2 for i in range(200)]
+
+    def fails_at_50(item: int) -> int:
+        if item == 50:
+            raise ValueError("item 50")
+        return item
+
+    results = map_ordered(fails_at_50, iter(range(200)), 200, 3)
+    assert [next(results) for _ in range(50)] == list(range(50))
+    with pytest.raises(ValueError, match="item 50"):
+        next(results)
