@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import mmap
 import os
+import pathlib
 import pickle
 import pickletools
 import re
@@ -35,7 +37,8 @@ from joblib.numpy_pickle_utils import _detect_compressor
 
 import blpickle
 from blpickle import format as fmt
-from blpickle.integrations import JOBLIB_MAGIC
+from blpickle import policy
+from blpickle.integrations import JOBLIB_MAGIC, joblib_store, joblib_stream
 from blpickle.integrations import joblib as bj
 
 
@@ -72,10 +75,10 @@ def _stream(data: bytes, try_bitshuffle: bool = True, **options) -> bytes:
 
 def _frames(stream: bytes) -> list[tuple[int, bytes]]:
     """Walk a stream (docs/joblib.md): return ``(nbytes, blosc2 chunk)`` of every frame."""
-    pos = bj.HEADER.size + 8
+    pos = joblib_stream.HEADER.size + 8
     frames = []
     while True:
-        nbytes, csize = bj.FRAME.unpack_from(stream, pos)
+        nbytes, csize = joblib_stream.FRAME.unpack_from(stream, pos)
         if nbytes == 0:
             return frames
         frames.append((nbytes, stream[pos + 16 : pos + 16 + csize]))
@@ -407,8 +410,8 @@ def test_the_element_size_is_recovered_from_the_bytes(dtype, expected):
     else:
         array = _signal(dtype, 1 << 18)
     options = blpickle.Options()
-    assert bj.pick_typesize(array.view(np.uint8), options) == expected
-    assert bj.pick_typesize(array.view(np.uint8), options.replace(shuffle="noshuffle")) == 1
+    assert policy.pick_typesize(array.view(np.uint8), options) == expected
+    assert policy.pick_typesize(array.view(np.uint8), options.replace(shuffle="noshuffle")) == 1
     stream = _stream(array.tobytes(), try_bitshuffle=False, chunk_size=1 << 16)
     frames = _frames(stream)
     assert len(frames) == array.nbytes // (1 << 16)
@@ -539,7 +542,7 @@ def test_compression_errors_surface(monkeypatch):
     def broken(chunk, options, alternatives):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(bj, "pick_filters", broken)
+    monkeypatch.setattr(joblib_stream, "plan_stream_chunk", broken)
     with pytest.raises(blpickle.DumpError, match="could not compress chunk"):
         _dumps(np.zeros(3_000_000))
 
@@ -647,6 +650,14 @@ def test_the_damage_test_stream_is_what_it_should_be():
     assert _same_small_object(_loads(stream))
 
 
+def test_a_stream_written_by_version_1_0_still_loads():
+    """tests/golden/joblib-v1.0.blosc: `_small_stream()` as the first release wrote it."""
+    golden = (pathlib.Path(__file__).parent / "golden" / "joblib-v1.0.blosc").read_bytes()
+    assert golden.startswith(bj.MAGIC + bytes([1, 0]))
+    assert len(_frames(golden)) >= 3
+    assert _same_small_object(_loads(golden))
+
+
 def test_every_truncation_raises_truncated_error():
     stream = _small_stream()
     for size in range(1, len(stream)):
@@ -678,23 +689,23 @@ def test_every_flipped_byte_raises_a_load_error():
 
 def test_specific_damage_gives_specific_errors():
     stream = bytearray(_small_stream())
-    first = bj.HEADER.size + 8  # the first frame
-    _nbytes, csize = bj.FRAME.unpack_from(stream, first)
+    first = joblib_stream.HEADER.size + 8  # the first frame
+    _nbytes, csize = joblib_stream.FRAME.unpack_from(stream, first)
     with pytest.raises(blpickle.ChecksumError, match="the stream header"):
         _loads(bytes(stream[:9]) + b"\x07" + bytes(stream[10:]))  # the minor version byte
     with pytest.raises(blpickle.UnsupportedVersionError):
         _loads(bytes(stream[:8]) + b"\x07" + bytes(stream[9:]))  # the major version byte
     cases = {
-        "payload": (first + 16 + csize // 2, blpickle.ChecksumError, "chunk 0"),
-        "checksum": (first + 16 + csize, blpickle.ChecksumError, "chunk 0"),
-        "size": (first + 7, blpickle.CorruptError, "declares"),
+        "payload": (first + 16 + csize // 2, blpickle.ChecksumError, "frame 0 of the stream"),
+        "checksum": (first + 16 + csize, blpickle.ChecksumError, "frame 0 of the stream"),
+        "size": (first + 7, blpickle.CorruptError, "frame 0 of the stream at offset 24 is sized"),
     }
     for offset, error, match in cases.values():
         damaged = bytearray(stream)
         damaged[offset] ^= 0x40
         with pytest.raises(error, match=match):
             _loads(bytes(damaged))
-    header = bj.HEADER.pack(bj.MAGIC, 2, 0, 0, 4096)
+    header = joblib_stream.HEADER.pack(bj.MAGIC, 2, 0, 0, 4096)
     future = header + struct.pack("<Q", fmt.checksum(header)) + bytes(stream[24:])
     with pytest.raises(blpickle.UnsupportedVersionError):
         _loads(future)
@@ -704,11 +715,11 @@ def test_a_lying_chunk_header_never_reaches_blosc2():
     """A chunk whose Blosc2 header declares more bytes than the frame, with a valid checksum:
     the sizes are checked before decompress2 (which would overflow the destination)."""
     stream = bytearray(_stream(bytes(range(256)) * 64, chunk_size=4096))
-    pos = bj.HEADER.size + 8
-    nbytes, csize = bj.FRAME.unpack_from(stream, pos)
+    pos = joblib_stream.HEADER.size + 8
+    nbytes, csize = joblib_stream.FRAME.unpack_from(stream, pos)
     chunk = bytearray(stream[pos + 16 : pos + 16 + csize])
     struct.pack_into("<I", chunk, 4, nbytes * 4)  # Blosc2 header: nbytes at offset 4
-    header_checksum = fmt.checksum(bytes(stream[: bj.HEADER.size]))
+    header_checksum = fmt.checksum(bytes(stream[: joblib_stream.HEADER.size]))
     digest = fmt.checksum(bytes(chunk), fmt.frame_seed(header_checksum, 0))
     stream[pos + 16 : pos + 16 + csize] = chunk
     struct.pack_into("<Q", stream, pos + 16 + csize, digest)
@@ -850,6 +861,8 @@ def test_memory_mmap_mode_maps_raw_results(tmp_path, mmap_mode):
             assert array.filename == os.path.abspath(_output_files(memory)[0])
             assert array.offset % 64 == 0  # raw buffers are 64-byte aligned in the file
             assert array.flags.writeable == (mmap_mode != "r")
+        assert isinstance(result["x"].base, mmap.mmap)
+        assert result["x"].base is result["y"].base  # one map of the file per load
     if mmap_mode != "r":
         result["x"][1] = 42.0
     del result, array
@@ -861,7 +874,7 @@ def test_a_mapped_result_maps_the_file_being_loaded_even_once_replaced(tmp_path)
     path = tmp_path / "output.pkl"
     blpickle.dump({"x": np.zeros(20_000)}, path, codec=None)
     with open(path, "rb") as file:
-        unpickler = bj._MemmapUnpickler(file, mmap_mode="r", nthreads=1)
+        unpickler = joblib_store._MemmapUnpickler(file, mmap_mode="r", nthreads=1)
         blpickle.dump({"x": np.ones(20_000)}, path, codec=None)  # a new file renamed over the name
         loaded = unpickler.load()
     assert isinstance(loaded["x"], np.memmap)
