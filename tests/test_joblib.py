@@ -129,6 +129,32 @@ print(int(joblib.load({os.fspath(path)!r})["x"].sum()))
     assert _in_a_fresh_process(code) == ["not-registered", str(np.arange(100_000).sum())]
 
 
+_REGISTER = "import blpickle.integrations.joblib; blpickle.integrations.joblib.register()"
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ["import joblib", "import blpickle", _REGISTER],
+        ["import blpickle", "import joblib", _REGISTER],
+        ["import blpickle", _REGISTER, "import joblib"],
+    ],
+    ids=["joblib-blpickle-register", "blpickle-joblib-register", "blpickle-register-joblib"],
+)
+def test_joblib_dumps_with_blosc_in_a_fresh_process_whatever_the_import_order(tmp_path, order):
+    path = tmp_path / "a.blosc"
+    code = "\n".join(order)
+    code += f"""
+import numpy as np
+joblib.dump({{"x": np.arange(100_000)}}, {os.fspath(path)!r}, compress="blosc")
+print(int(joblib.load({os.fspath(path)!r})["x"].sum()))
+"""
+    assert _in_a_fresh_process(code) == [str(np.arange(100_000).sum())]
+    assert path.read_bytes().startswith(bj.MAGIC)
+    code = f"import blpickle, joblib\n{_REGISTER}\nprint(int(joblib.load({os.fspath(path)!r})['x'].sum()))"
+    assert _in_a_fresh_process(code) == [str(np.arange(100_000).sum())]
+
+
 def test_prefix_is_unique_and_not_a_pickle_opcode():
     prefix = _COMPRESSORS["blosc"].prefix
     assert prefix == bj.PREFIX == bj.MAGIC[:1]
