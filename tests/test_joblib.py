@@ -684,6 +684,18 @@ def test_a_stream_written_by_version_1_0_still_loads():
     assert _same_small_object(_loads(golden))
 
 
+def test_the_reader_printed_in_the_format_spec_reads_what_blosc_file_writes():
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "format.md").read_text()
+    section = text[text.index('## The joblib "blosc" stream') :]
+    code = section[section.index("```python\n") + len("```python\n") :]
+    namespace: dict = {}
+    exec(code[: code.index("```")], namespace)
+    for stream in (_small_stream(), _stream(b""), _dumps(_signal("<f8", 1 << 20))):
+        with bj.BloscFile(io.BytesIO(stream), "rb") as file:
+            expected = file.read()
+        assert b"".join(namespace["read_blosc_stream"](io.BytesIO(stream))) == expected
+
+
 def test_every_truncation_raises_truncated_error():
     stream = _small_stream()
     for size in range(1, len(stream)):
