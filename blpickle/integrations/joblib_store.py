@@ -22,6 +22,7 @@ from ..options import Options, resolve_options
 from ..pickler import dump as blpickle_dump
 from ..unpickler import Unpickler
 from ..unpickler import load as blpickle_load
+from ..unpickler import loads as blpickle_loads
 from ._host_internals import joblib_store_classes
 
 __all__ = ["BlpickleStoreBackend", "CorruptItemError", "options_for_compress"]
@@ -41,6 +42,8 @@ _CODECS: dict[str, tuple[Any, int]] = {
 #: ``backend_options`` keys that are blpickle options rather than joblib's.
 _OPTION_NAMES = {"codec", "clevel", "shuffle", "bytedelta", "chunk_size", "nthreads", "pickler", "preset"}
 _RESULT = "output.pkl"
+#: Results up to this size are read whole and loaded from memory (fewer calls than reading a file).
+_WHOLE_READ_SIZE = 1 << 20
 
 
 def options_for_compress(compress: Any) -> Options:
@@ -153,10 +156,14 @@ class BlpickleStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-t
         except FileNotFoundError:
             raise KeyError(f"Non-existing item (may have been cleared).\nFile {filename} does not exist") from None
         with file:
-            if file.read(len(fmt.MAGIC)) != fmt.MAGIC:  # written by joblib's own store backend
+            whole = mmap_mode is None and os.fstat(file.fileno()).st_size <= _WHOLE_READ_SIZE
+            head = file.read() if whole else file.read(len(fmt.MAGIC))
+            if not head.startswith(fmt.MAGIC):  # written by joblib's own store backend
                 return super().load_item(call_id, verbose=0)
             file.seek(0)
             try:
+                if whole:
+                    return blpickle_loads(head, nthreads=self.options.nthreads)
                 if mmap_mode is None:
                     return blpickle_load(file, nthreads=self.options.nthreads)
                 return _MemmapUnpickler(file, mmap_mode=mmap_mode, nthreads=self.options.nthreads).load()
