@@ -823,6 +823,20 @@ def test_memory_caches_with_blpickle(tmp_path):
     assert not [f for item in memory.store_backend.get_items() for f in os.listdir(item.path) if "tmp" in f]
 
 
+@pytest.mark.parametrize("n", [10, 200_000])  # read whole (up to 1 MiB) or streamed from the file
+def test_memory_hits_load_small_and_large_results(tmp_path, n):
+    CALLS.clear()
+    memory = Memory(tmp_path, backend="blpickle", verbose=0)
+    cached = memory.cache(_counted)
+    for _ in range(2):
+        result = cached(n)
+        _check_arrays(result, n)
+        assert result["x"].flags.writeable
+    assert len(CALLS) == 1  # computed once
+    (path,) = _output_files(memory)
+    assert (os.path.getsize(path) > 1 << 20) == (n == 200_000)
+
+
 def test_memory_verbose_output_is_joblibs(tmp_path, capsys):
     outputs = []
     for backend in ("local", "blpickle"):
