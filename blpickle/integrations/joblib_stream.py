@@ -167,6 +167,13 @@ class BloscFile(io.RawIOBase):
         if self.closed:
             raise ValueError("I/O operation on closed file.")
 
+    def _bytes_of(self, data: Any, mode: str) -> memoryview:
+        """Return ``data`` as bytes, for a file open in ``mode``."""
+        self._check_open()
+        if self._mode != mode:
+            raise io.UnsupportedOperation(f"File not open for {'writing' if mode == _WRITE else 'reading'}")
+        return memoryview(data).cast("B")
+
     # -- writing ------------------------------------------------------------------------------
 
     def _start_writing(self) -> None:
@@ -184,10 +191,7 @@ class BloscFile(io.RawIOBase):
 
     def write(self, data: Any) -> int:
         """Append ``data`` (any bytes-like object) to the stream; return its size."""
-        self._check_open()
-        if self._mode != _WRITE:
-            raise io.UnsupportedOperation("File not open for writing")
-        view = memoryview(data).cast("B")
+        view = self._bytes_of(data, _WRITE)
         done = 0
         try:
             while done < len(view):
@@ -349,10 +353,7 @@ class BloscFile(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         """Fill ``buffer`` from the decompressed stream; return the byte count (0 at the end)."""
-        self._check_open()
-        if self._mode != _READ:
-            raise io.UnsupportedOperation("File not open for reading")
-        view = memoryview(buffer).cast("B")
+        view = self._bytes_of(buffer, _READ)
         done = 0
         while done < len(view) and not self._eof:
             if self._offset == len(self._current) and not self._next_chunk():
