@@ -1,9 +1,9 @@
 """The drop-in Pickler and dump/dumps (loading: `blpickle.unpickler`).
 
-Pickling runs the C pickler at protocol 5 into memory (the object graph is small), taking
-every contiguous buffer out of band, then writes one record (`blpickle.format`) with the
-buffers as chunked, multithreaded Blosc2 streams. Loading reads the record back; input that
-does not start with blpickle's magic is read as plain pickle data.
+Pickling runs the C pickler at protocol 5 into memory, taking every large contiguous buffer
+out of band (and compressing a big pickle stream as it grows), then writes one record
+(`blpickle.format`): a compact one for a small pickle with nothing out of band, else a full
+one with the buffers as chunked, multithreaded Blosc2 streams (`blpickle.writer`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ import numpy as np
 from . import format as fmt
 from .arrays import pickle_keeps_dtype, reduce_ndarray
 from .buffers import Payload
-from .errors import (
-    OptionsError,
-)
+from .errors import OptionsError
 from .files import atomic_write
 from .options import PRESETS, Options, PicklerKind, check_key, resolve_options
 from .policy import fits_compact, plan_graph
@@ -262,7 +260,11 @@ class _RecordPickler(pickle.Pickler):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
         try:
             super().dump(obj)  # pickle.Pickler's, or cloudpickle's for CloudPickler (the MRO)
-            _write(self._file, self)
+            record = self._compact_record()
+            if record is not None:
+                CountingWriter(self._file).write(record)
+            else:
+                self._write_full(self._file)
         finally:
             self._reset()
 
@@ -274,11 +276,11 @@ class _RecordPickler(pickle.Pickler):
             return None
         return fmt.encode_compact(tail)
 
-    def _pickled(self) -> Pickled:
-        """Return the last pickling, for `blpickle.writer.write_pickled`; it holds on to the
-        object's buffers until `_reset`."""
+    def _write_full(self, file: BinaryIO) -> None:
+        """Write the last pickling as a full record (`blpickle.writer.write_pickled`)."""
         out_of_band = self._out_of_band
-        return Pickled(self._graph.finish(), tuple(out_of_band.streams), tuple(out_of_band.external), self._protocol)
+        pickled = Pickled(self._graph.finish(), tuple(out_of_band.streams), tuple(out_of_band.external), self._protocol)
+        write_pickled(file, pickled, self.options, self._key)
 
     def _reset(self) -> None:
         """Keep nothing of the last object: the memo and the buffers would hold it alive."""
@@ -414,18 +416,9 @@ def _dumps_default(obj: Any) -> bytes:
         record = pickler._compact_record()
         if record is None:
             out = io.BytesIO()
-            write_pickled(out, pickler._pickled(), pickler.options)
+            pickler._write_full(out)
             record = out.getvalue()
     finally:
         pickler._reset()
     idle["pickler"] = pickler
     return record
-
-
-def _write(file: BinaryIO, pickler: _RecordPickler) -> None:
-    """Write what ``pickler`` just pickled as one record: compact if it fits one, else full."""
-    record = pickler._compact_record()
-    if record is not None:
-        CountingWriter(file).write(record)
-    else:
-        write_pickled(file, pickler._pickled(), pickler.options, pickler._key)

@@ -285,8 +285,9 @@ def pick_typesize(chunk: Any, options: Options) -> int:
 def plan_stream_chunk(chunk: Any, options: Options, alternatives: Sequence[Options] = ()) -> ChunkPlan:
     """Return the plan of one chunk of the joblib ``"blosc"`` stream (see `pick_filters`)."""
     chosen, typesize = pick_filters(chunk, options, alternatives)
-    nbytes = memoryview(chunk).nbytes
-    return _compressed_plan(chosen, str(chosen.codec), typesize, max(nbytes, 1))
+    if chosen.codec is None or chosen.codec == "auto":
+        raise ValueError("the joblib stream needs options with a codec")
+    return _compressed_plan(chosen, chosen.codec, typesize, max(memoryview(chunk).nbytes, 1))
 
 
 def _compressed_plan(options: Options, codec: str, typesize: int, chunk_size: int) -> ChunkPlan:

@@ -158,17 +158,6 @@ class RecordReader:
         self._run(info, frames)
         return out
 
-    def read_compact_pickle(self) -> bytes:
-        """Return the pickle of a compact record (its only stream), as `read_stream` would.
-
-        Raises:
-            CorruptError: when the record is not compact or its pickle was read already.
-        """
-        if self._compact_pickle is None or self._next_stream:
-            raise CorruptError("the record holds no compact pickle left to read")
-        self._next()
-        return self._compact_pickle
-
     def read_chunks(self) -> Iterator[memoryview]:
         """Read the pickle stream's frames (call it first) and start decompressing all but
         the first in the pool; return an iterator over its decompressed chunks, in order, so

@@ -176,8 +176,7 @@ class Unpickler(pickle.Unpickler):
     def _load_from(self, source: Source, magic: bytes) -> Any:
         reader = RecordReader(source, self._nthreads, magic=magic, key=self._key)
         header = reader.header
-        # a compact record has no splice: its pickle is read as it is, with no layout to follow
-        graph = io.BytesIO(reader.read_compact_pickle()) if reader.compact else open_pickle(reader)
+        graph = open_pickle(reader)
         buffers: Iterable[Any] = reader.buffers()
         if header.external:
             if self._buffers is None:
