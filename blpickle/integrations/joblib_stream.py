@@ -78,7 +78,7 @@ class BloscFile(io.RawIOBase):
             sample compresses clearly better with it.
 
     Writing compresses each full chunk in the shared pool while the caller goes on writing; at
-    most ``threads + 1`` chunks are in flight, and `close` writes the last chunk and the end
+    most ``threads + 2`` chunks are in flight, and `close` writes the last chunk and the end
     record. Reading decompresses ahead in the same way; every chunk's checksum and sizes are
     verified before Blosc2 sees it, and the end record before the last byte is returned.
 
@@ -218,7 +218,7 @@ class BloscFile(io.RawIOBase):
             self._write_frame(*self._compress(index, chunk))
             return
         self._pending.append(shared_pool(self._threads).submit(self._compress, index, chunk))
-        while len(self._pending) > self._threads:
+        while len(self._pending) > self._threads + 1:  # one queued: no thread waits for the caller
             self._write_frame(*self._pending.popleft().result())
 
     def _compress(self, index: int, chunk: np.ndarray) -> tuple[np.ndarray, bytes, int]:
