@@ -197,6 +197,7 @@ def test_the_integration_needs_joblib_and_blpickle_does_not():
     sys.modules["joblib"] = None  # as if joblib were not installed
     import blpickle, blpickle.integrations
     print(blpickle.loads(blpickle.dumps(3)), blpickle.integrations.JOBLIB_MAGIC.hex())
+    import blpickle.integrations.joblib_stream  # the stream itself needs no joblib
     try:
         import blpickle.integrations.joblib
     except ImportError as exc:
