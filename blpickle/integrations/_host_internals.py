@@ -44,7 +44,7 @@ __all__ = [
 
 def joblib_store_classes() -> tuple[type, type[Warning]]:
     """Return joblib's ``(FileSystemStoreBackend, CacheWarning)``."""
-    from joblib._store_backends import CacheWarning, FileSystemStoreBackend  # type: ignore[import-untyped]  # joblib ships no type information
+    from joblib._store_backends import CacheWarning, FileSystemStoreBackend
 
     return FileSystemStoreBackend, CacheWarning
 

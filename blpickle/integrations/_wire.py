@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pickle import PickleBuffer
 from typing import Any, Protocol, cast
 
-import cloudpickle  # type: ignore[import-untyped]  # cloudpickle ships no type information
+import cloudpickle
 import numpy as np
 
 from ..arrays import reduce_ndarray

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import joblib  # type: ignore[import-untyped]  # joblib ships no type information
-from joblib.compressor import CompressorWrapper  # type: ignore[import-untyped]
+import joblib
+from joblib.compressor import CompressorWrapper
 
 from ..options import Options, resolve_options
 from .joblib_store import BlpickleStoreBackend, CorruptItemError, options_for_compress
@@ -50,7 +50,7 @@ NAME = "blosc"
 BACKEND_NAME = "blpickle"
 
 
-class BloscCompressorWrapper(CompressorWrapper):  # type: ignore[misc]  # joblib is untyped
+class BloscCompressorWrapper(CompressorWrapper):
     """The joblib compressor: `BloscFile` streams with the given options.
 
     Register another name for other defaults, with its own extension (the prefix can stay:

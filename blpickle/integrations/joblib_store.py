@@ -13,7 +13,7 @@ from pickle import PicklingError
 from typing import Any, BinaryIO, Literal
 
 import numpy as np
-from joblib.logger import format_time  # type: ignore[import-untyped]  # joblib ships no type information
+from joblib.logger import format_time
 
 from .. import format as fmt
 from ..arrays import rebuild_ndarray

@@ -88,7 +88,7 @@ def configure(preset: Any = None, **options: Any) -> WireOptions:
 
 
 def _set_loky_pickler(name: str | None) -> None:
-    from joblib.externals.loky import set_loky_pickler  # type: ignore[import-untyped]  # joblib ships no type information
+    from joblib.externals.loky import set_loky_pickler
 
     set_loky_pickler(name)
     standalone = sys.modules.get("loky")
