@@ -20,8 +20,6 @@ import collections
 import datetime
 import os
 import re
-import warnings
-from pickle import PicklingError
 from typing import Any
 
 import joblib
@@ -31,14 +29,14 @@ from ..options import Options, resolve_options
 from ..pickler import dump
 from ..remote import filesystem
 from ..unpickler import load
-from ._host_internals import joblib_store_classes
+from .joblib_store import FileSystemStoreBackend, warning_on_failure
 
 __all__ = ["BACKEND_NAME", "FsspecStoreBackend", "register"]
 
 #: The name ``joblib.Memory(..., backend=...)`` selects this store by.
 BACKEND_NAME = "blpickle-fsspec"
 
-FileSystemStoreBackend, CacheWarning = joblib_store_classes()
+
 #: What joblib's ``reduce_size`` reads of each cached result (its own type has these fields).
 CacheItem = collections.namedtuple("CacheItem", "path size last_access")
 _RESULT_DIRECTORY = re.compile("[a-f0-9]{32}")
@@ -104,20 +102,11 @@ class FsspecStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-typ
     def dump_item(self, call_id: list[str], item: Any, verbose: int = 1) -> None:
         """Write ``item`` to ``<location>/<call_id...>/output.pkl`` with `blpickle.dump`
         (published only once complete)."""
-        try:
+        with warning_on_failure():
             path = "/".join([self.location, *call_id])
             if verbose > 10:
                 print(f"Persisting in {path}")
-            try:
-                dump(item, f"{path}/output.pkl", preset=self.options)
-            except (PicklingError, TypeError, AttributeError) as exc:  # what pickle raises
-                warnings.warn(
-                    f"Unable to cache to disk: failed to pickle output. Exception: {exc}.",
-                    FutureWarning,
-                    stacklevel=2,
-                )
-        except Exception as exc:
-            warnings.warn(f"Unable to cache to disk. Exception: {exc}.", CacheWarning, stacklevel=2)
+            dump(item, f"{path}/output.pkl", preset=self.options)
 
     def load_item(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
 import os
@@ -9,6 +10,7 @@ import threading
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
 from pickle import PicklingError
 from typing import Any, BinaryIO, Literal
 
@@ -25,7 +27,7 @@ from ..unpickler import load as blpickle_load
 from ..unpickler import loads as blpickle_loads
 from ._host_internals import joblib_store_classes
 
-__all__ = ["BlpickleStoreBackend", "CorruptItemError", "options_for_compress"]
+__all__ = ["BlpickleStoreBackend", "CorruptItemError", "options_for_compress", "warning_on_failure"]
 
 FileSystemStoreBackend, CacheWarning = joblib_store_classes()
 
@@ -44,6 +46,20 @@ _OPTION_NAMES = {"codec", "clevel", "shuffle", "bytedelta", "chunk_size", "nthre
 _RESULT = "output.pkl"
 #: Results up to this size are read whole and loaded from memory (fewer calls than reading a file).
 _WHOLE_READ_SIZE = 1 << 20
+
+
+@contextlib.contextmanager
+def warning_on_failure() -> Iterator[None]:
+    """Turn a failure to cache a result into the warning joblib's own store gives (same
+    category and message), so that the call's result is returned and recomputed next time."""
+    try:
+        yield
+    except (PicklingError, TypeError, AttributeError) as exc:  # what pickle raises
+        warnings.warn(
+            f"Unable to cache to disk: failed to pickle output. Exception: {exc}.", FutureWarning, stacklevel=4
+        )
+    except Exception as exc:
+        warnings.warn(f"Unable to cache to disk. Exception: {exc}.", CacheWarning, stacklevel=4)
 
 
 def options_for_compress(compress: Any) -> Options:
@@ -116,22 +132,13 @@ class BlpickleStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-t
 
     def dump_item(self, call_id: list[str], item: Any, verbose: int = 1) -> None:
         """Write ``item`` to ``<location>/<call_id...>/output.pkl`` with `blpickle.dump`."""
-        try:
+        with warning_on_failure():
             item_path = os.path.join(self.location, *call_id)
             if not self._item_exists(item_path):
                 self.create_location(item_path)
             if verbose > 10:
                 print(f"Persisting in {item_path}")
-            try:
-                _write_atomically(item, os.path.join(item_path, _RESULT), self.options)
-            except (PicklingError, TypeError, AttributeError) as exc:  # what pickle raises
-                warnings.warn(  # the category and message of joblib's own store
-                    f"Unable to cache to disk: failed to pickle output. Exception: {exc}.",
-                    FutureWarning,
-                    stacklevel=2,
-                )
-        except Exception as exc:
-            warnings.warn(f"Unable to cache to disk. Exception: {exc}.", CacheWarning, stacklevel=2)
+            _write_atomically(item, os.path.join(item_path, _RESULT), self.options)
 
     def load_item(
         self,
