@@ -42,7 +42,7 @@ CacheItem = collections.namedtuple("CacheItem", "path size last_access")
 _RESULT_DIRECTORY = re.compile("[a-f0-9]{32}")
 
 
-class FsspecStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-type]
+class FsspecStoreBackend(FileSystemStoreBackend):
     """A ``joblib.Memory`` store at an fsspec URL, results written with `blpickle.dump`.
 
     ``backend_options`` may hold blpickle options (``codec``, ``clevel``, ``preset``, ...);
