@@ -29,7 +29,9 @@ class Aliases:
     """
 
     def __init__(self) -> None:
-        self._groups: dict[int, _Group] = {}
+        #: id of an owner of memory -> its one array so far (as met, as a plain ndarray),
+        #: not looked at yet, or the group of its arrays once a second one came
+        self._groups: dict[int, tuple[Any, np.ndarray] | _Group] = {}
 
     def __bool__(self) -> bool:
         return bool(self._groups)
@@ -38,22 +40,26 @@ class Aliases:
         """Forget every array (when the pickle stream is done, with the pickler's memo)."""
         self._groups.clear()
 
-    def place(self, met: Any, array: np.ndarray) -> tuple[Any, tuple[Any, ...]] | None:
+    def place(self, met: Any, array: np.ndarray, contiguous: bool) -> tuple[Any, tuple[Any, ...]] | None:
         """Return the reduce value of ``array`` as a view of an array reduced before it
         (``met``, as the pickler met it, is what the pickler memoized), or None when its
         memory lies in none of theirs with the same writability; then remember it if it is
-        contiguous. ``array`` is a numpy array with elements (``met`` itself, or its plain
-        ndarray view)."""
-        owner = _owner(met)
+        ``contiguous``. ``array`` is a numpy array with elements (``met`` itself, or its
+        plain ndarray view)."""
+        owner = met
+        while isinstance(owner, np.ndarray) and owner.base is not None:
+            owner = owner.base
         group = self._groups.get(id(owner))
         if group is None:
-            if array.flags.c_contiguous or array.flags.f_contiguous:
-                self._groups[id(owner)] = _Group(met, array)
+            if contiguous:
+                self._groups[id(owner)] = (met, array)
             return None
+        if isinstance(group, tuple):
+            group = self._groups[id(owner)] = _Group(*group)
         start, stop = _span(array)
         found = group.find(start, stop)
         if found is None:
-            if array.flags.c_contiguous or array.flags.f_contiguous:
+            if contiguous:
                 group.add(met, start, stop)
             return None
         base, base_start = found
@@ -65,23 +71,18 @@ class Aliases:
 
 class _Group:
     """The contiguous arrays remembered whose memory one object owns, by address: their
-    spans sorted by start, none inside another (so that ends are sorted too). The first
-    array's address is read when a second one joins."""
+    spans sorted by start, none inside another (so that ends are sorted too)."""
 
-    __slots__ = ("_first", "_spans", "_starts")
+    __slots__ = ("_spans", "_starts")
 
     def __init__(self, met: Any, array: np.ndarray) -> None:
-        self._first: tuple[Any, np.ndarray] | None = (met, array)
-        self._starts: list[int] = []
-        self._spans: list[tuple[int, int, Any]] = []
+        start, stop = _span(array)
+        self._starts = [start]
+        self._spans = [(start, stop, met)]
 
     def find(self, start: int, stop: int) -> tuple[Any, int] | None:
         """Return the array whose memory holds bytes ``start:stop`` and where its memory
         starts, or None."""
-        if self._first is not None:
-            met, array = self._first
-            self._first = None
-            self.add(met, *_span(array))
         i = bisect.bisect_right(self._starts, start) - 1
         if i >= 0 and stop <= self._spans[i][1]:
             return self._spans[i][2], self._spans[i][0]
@@ -96,13 +97,6 @@ class _Group:
             end += 1
         self._starts[i:end] = [start]
         self._spans[i:end] = [(start, stop, met)]
-
-
-def _owner(array: Any) -> Any:
-    """The object at the end of an array's chain of numpy bases: what owns its memory."""
-    while isinstance(array, np.ndarray) and array.base is not None:
-        array = array.base
-    return array
 
 
 def _span(array: np.ndarray) -> tuple[int, int]:

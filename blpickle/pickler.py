@@ -176,7 +176,7 @@ class _OutOfBand:
         ):
             return array.__reduce_ex__(self._protocol)
         if self._aliases is not None and array.size:
-            view = self._aliases.place(met, array)
+            view = self._aliases.place(met, array, flags.c_contiguous or flags.f_contiguous)
             if view is not None:
                 return view
         # numpy copies strided views into new (writable) arrays; others keep their flag
