@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from ._cli_formats import FORMATS, ConversionError, UsageError, format_for_path, read_object, write_object
+from ._cli_formats import (
+    FORMATS,
+    ConversionError,
+    UsageError,
+    file_size,
+    format_for_path,
+    path_kind,
+    read_object,
+    write_object,
+)
 from ._cli_options import (
     add_codec_options,
     add_command,
@@ -87,10 +95,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise UsageError(
             f"cannot tell the output format from {target!r}: pass --to, or name it .blp, .pkl, .joblib, .npy or .npz"
         )
-    if os.path.exists(target) and not args.force:
-        raise UsageError(f"{target} exists: pass --force to replace it")
-    if os.path.isdir(target):
+    try:
+        existing = path_kind(target)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if existing == "directory":
         raise UsageError(f"{target}: is a directory")
+    if existing is not None and not args.force:
+        raise UsageError(f"{target} exists: pass --force to replace it")
     source_format = input_format(source, args.from_format)
     if key is not None and "blpickle" not in (source_format, target_format):
         raise UsageError("a key checks blpickle input and signs blpickle output; neither is blpickle here")
@@ -138,6 +150,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
             raise ConversionError(
                 f"cannot write {target} as {target_format}: {type(exc).__name__}: {error_text(exc)}"
             ) from None
-    in_size, out_size = os.path.getsize(source), os.path.getsize(target)
+    in_size, out_size = file_size(source), file_size(target)
     print(f"{source} ({source_format}, {human_size(in_size)}) -> {target} ({target_format}, {human_size(out_size)})")
     return EXIT_OK

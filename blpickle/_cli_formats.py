@@ -9,6 +9,7 @@ pickle in it (npy and npz without object arrays).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import io
@@ -16,17 +17,18 @@ import os
 import pickle
 import pickletools
 import zipfile
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.lib.format as npy_format
 
 from . import format as fmt
-from .files import atomic_write
+from .files import atomic_write, open_input
 from .info import pickle_globals
 from .integrations import JOBLIB_MAGIC
 from .pickler import dump as blpickle_dump
+from .remote import filesystem, is_url, writing
 from .unpickler import load as blpickle_load
 
 __all__ = [
@@ -95,6 +97,34 @@ class Detected:
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+def path_kind(path: str) -> str | None:
+    """Return ``"file"`` or ``"directory"`` for what a path or URL (``s3://...``, through
+    fsspec) names, or None where there is nothing.
+
+    Raises:
+        ImportError: for a URL without fsspec (or the file system's package).
+    """
+    if is_url(path):
+        fs, inner = filesystem(path)
+        return ("directory" if fs.isdir(inner) else "file") if fs.exists(inner) else None
+    return ("directory" if os.path.isdir(path) else "file") if os.path.exists(path) else None
+
+
+def file_size(path: str) -> int:
+    """Return the size in bytes of the file at a path or URL."""
+    if is_url(path):
+        fs, inner = filesystem(path)
+        return int(fs.size(inner))
+    return os.path.getsize(path)
+
+
+@contextlib.contextmanager
+def _output(path: str) -> Iterator[BinaryIO]:
+    """Yield a binary file that replaces ``path``, or writes to a URL, once the block succeeds."""
+    with writing(path) if is_url(path) else atomic_write(path) as file:
+        yield file
+
+
 def format_for_path(path: str) -> str | None:
     """Return the format a file name's extension names, or None."""
     return EXTENSIONS.get(os.path.splitext(path)[1].lower())
@@ -106,8 +136,8 @@ def sniff(path: str) -> Detected:
     Raises:
         OSError: when the file cannot be read.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as file:
+    size = file_size(path)
+    with open_input(path) as file:
         head = file.read(PICKLE_SCAN_SIZE)
         last = head[-1:]
         if size > len(head):
@@ -202,7 +232,7 @@ def _sniff_npy(head: bytes) -> Detected:
 
 def _sniff_zip(path: str) -> Detected:
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_input(path) as file, zipfile.ZipFile(file) as archive:
             members = archive.infolist()
             arrays = [_npz_member(archive, m) for m in members if m.filename.endswith(".npy")]
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
@@ -268,7 +298,7 @@ def read_object(
     if key is not None and format != "blpickle":
         raise UsageError(f"a key checks blpickle records only; the input is a {format} file")
     if format in ("blpickle", "pickle"):
-        with open(path, "rb") as file:
+        with open_input(path) as file:
             obj = blpickle_load(file, safe=safe, allowed=allowed, key=key, nthreads=nthreads)
             if file.read(1):
                 notes.append(f"{path} holds more than one object: only the first was read")
@@ -277,11 +307,13 @@ def read_object(
         if safe or allowed:
             raise UsageError("--safe/--allow cannot restrict joblib.load: it has no restricted mode")
         joblib = _need_joblib()
-        return joblib.load(path), notes
+        with open_input(path) as file:
+            return joblib.load(file), notes
     if format == "npy":
-        return np.load(path, allow_pickle=not (safe or allowed)), notes
+        with open_input(path) as file:
+            return np.load(file, allow_pickle=not (safe or allowed)), notes
     if format == "npz":
-        with np.load(path, allow_pickle=not (safe or allowed)) as archive:
+        with open_input(path) as file, np.load(file, allow_pickle=not (safe or allowed)) as archive:
             return {name: archive[name] for name in archive.files}, notes
     raise UsageError(f"cannot read {format!r} files; formats: {', '.join(FORMATS)}")
 
@@ -360,8 +392,8 @@ def write_object(
     key: bytes | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write ``obj`` to ``path`` as a ``format`` file, atomically (the file is replaced only
-    when the write succeeds).
+    """Write ``obj`` to ``path`` (or a URL) as a ``format`` file, atomically (the file is
+    replaced only when the write succeeds).
 
     ``compress`` is joblib's compressor (``"zlib:3"``, ``"lz4"``, ``"blosc"``, a level) for
     joblib output, or any value for compressed .npz; ``options`` and ``key`` are blpickle's.
@@ -381,22 +413,22 @@ def write_object(
     if format == "blpickle":
         blpickle_dump(obj, path, protocol, key=key, **options)
     elif format == "pickle":
-        with atomic_write(path) as file:
+        with _output(path) as file:
             pickle.dump(obj, file, pickle.HIGHEST_PROTOCOL if protocol is None else protocol)
     elif format == "joblib":
         joblib = _need_joblib()
         value = parse_joblib_compress(compress)
-        with atomic_write(path) as file:
+        with _output(path) as file:
             joblib.dump(obj, file, compress=value, protocol=protocol)
     elif format == "npy":
         array = _plain_array(obj, "the object", ".npy")
-        with atomic_write(path) as file:
+        with _output(path) as file:
             np.save(file, array, allow_pickle=False)
     elif format == "npz":
         arrays = npz_arrays(obj)
         compression = zipfile.ZIP_STORED if compress is None else zipfile.ZIP_DEFLATED
         with (
-            atomic_write(path) as file,
+            _output(path) as file,
             zipfile.ZipFile(file, "w", compression, allowZip64=True) as archive,
         ):
             for name, array in arrays.items():  # as numpy.savez does

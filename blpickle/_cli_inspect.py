@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import format as fmt
-from ._cli_formats import Detected, sniff
+from ._cli_formats import Detected, file_size, sniff
 from ._cli_options import add_command, add_key_options, check_input, read_key
 from ._cli_output import (
     EXIT_FAILED,
@@ -23,6 +23,7 @@ from ._cli_output import (
     warn,
 )
 from .errors import LoadError, SignatureError, add_note
+from .files import open_input
 from .info import RecordInfo, inspect
 
 __all__ = ["add_commands", "read_records"]
@@ -77,8 +78,8 @@ def read_records(path: str, key: bytes | None = None) -> tuple[list[RecordInfo],
         blpickle.LoadError: for the first damaged record; its notes say which record it is.
     """
     records: list[RecordInfo] = []
-    with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
+    size = file_size(path)
+    with open_input(path) as file:
         while True:
             try:
                 records.append(inspect(file, key=key))
@@ -181,7 +182,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     check_input(path)
     key = read_key(args)
     detected = sniff(path)
-    size = os.path.getsize(path)
+    size = file_size(path)
     doc: dict[str, Any] = {
         "path": path,
         "format": detected.format,

@@ -7,9 +7,10 @@ import argparse
 import os
 from typing import Any
 
-from ._cli_formats import FORMATS, ConversionError, UsageError, sniff
+from ._cli_formats import FORMATS, ConversionError, UsageError, path_kind, sniff
 from .errors import BlpickleError
 from .options import PRESETS, Options
+from .remote import is_url
 
 __all__ = [
     "add_codec_options",
@@ -78,12 +79,17 @@ def read_key(args: argparse.Namespace) -> bytes | None:
 
 
 def check_input(path: str) -> None:
-    """Raise `UsageError` unless ``path`` is a readable file."""
-    if not os.path.exists(path):
+    """Raise `UsageError` unless ``path`` is a readable file, or a URL (``s3://...``,
+    through fsspec) naming a file."""
+    try:
+        kind = path_kind(path)
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if kind is None:
         raise UsageError(f"{path}: no such file")
-    if os.path.isdir(path):
+    if kind == "directory":
         raise UsageError(f"{path}: is a directory")
-    if not os.access(path, os.R_OK):
+    if not is_url(path) and not os.access(path, os.R_OK):
         raise UsageError(f"{path}: permission denied")
 
 

@@ -1,8 +1,9 @@
 """How numpy arrays travel out of band.
 
-The pickle stream of a blpickle record rebuilds every out-of-band array with
-`rebuild_ndarray`: its import path ``blpickle.arrays.rebuild_ndarray`` is part of the
-file format and never changes.
+The pickle stream of a blpickle record rebuilds every array it stores with
+`rebuild_ndarray`, and an array that views the memory of one stored before it with
+`rebuild_view`: their import paths (``blpickle.arrays.rebuild_ndarray``,
+``blpickle.arrays.rebuild_view``) are part of the file format and never change.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 
 from .errors import CorruptError
 
-__all__ = ["pickle_keeps_dtype", "rebuild_ndarray", "reduce_ndarray"]
+__all__ = ["pickle_keeps_dtype", "rebuild_ndarray", "rebuild_view", "reduce_ndarray"]
 
 
 def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str) -> np.ndarray:
@@ -52,6 +53,66 @@ def _mismatch(buffer: Any, dtype: Any, shape: Any, order: Any) -> str:
         return f"an array's buffer must be bytes-like, not {type(buffer).__name__}"
     needed = math.prod(shape) * dtype.itemsize
     return f"an array of shape {shape} and dtype {dtype} needs {needed} bytes, its buffer holds {nbytes}"
+
+
+def rebuild_view(
+    base: Any, offset: int, dtype: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...]
+) -> np.ndarray:
+    """Return the array of ``dtype``, ``shape`` and ``strides`` (in bytes) whose first element
+    lies ``offset`` bytes into the memory of ``base``, a contiguous array: a view sharing that
+    memory, writable if ``base`` is.
+
+    Raises:
+        CorruptError: when ``base`` is not a contiguous array without objects, the other
+            arguments are not an offset, a dtype without objects, a shape and as many strides,
+            or any element would lie outside the memory of ``base``.
+    """
+    if not (
+        isinstance(base, np.ndarray)
+        and (base.flags.c_contiguous or base.flags.f_contiguous)
+        and not base.dtype.hasobject
+        and isinstance(dtype, np.dtype)
+        and not dtype.hasobject
+        and dtype.itemsize
+        and _is_ints(shape, 0)
+        and _is_ints(strides, None)
+        and len(strides) == len(shape)
+        and type(offset) is int
+    ):
+        raise CorruptError(
+            f"cannot rebuild a view of dtype {dtype!r:.80}, shape {shape!r:.80} and strides {strides!r:.80} "
+            f"at offset {offset!r:.40} of a {type(base).__name__}"
+        )
+    low, high = view_extent(offset, dtype.itemsize, shape, strides)
+    if low < 0 or high > base.nbytes:
+        raise CorruptError(
+            f"a view of shape {shape} and strides {strides} at offset {offset} spans bytes {low}:{high}, "
+            f"outside the {base.nbytes} bytes of its base"
+        )
+    memory = base.reshape(-1, order="A").view(np.uint8)  # the base's bytes, in memory order
+    try:
+        return np.ndarray(shape, dtype, buffer=memory, offset=offset, strides=strides)
+    except (ValueError, OverflowError) as exc:  # a shape too large for an array, for instance
+        raise CorruptError(f"numpy refuses a view of shape {shape} and strides {strides}: {exc}") from None
+
+
+def view_extent(offset: int, itemsize: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int]:
+    """Return the bytes ``(start, stop)`` spanned by the elements of an array whose first
+    element is at ``offset`` (``(offset, offset)`` when it has none)."""
+    if 0 in shape:
+        return offset, offset
+    low = high = offset
+    for n, stride in zip(shape, strides, strict=True):
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    return low, high + itemsize
+
+
+def _is_ints(values: Any, least: int | None) -> bool:
+    """Whether ``values`` is a tuple of ints, each at least ``least`` (if given)."""
+    return type(values) is tuple and all(type(n) is int and (least is None or n >= least) for n in values)
 
 
 def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytes | bytearray) -> tuple[Any, tuple[Any, ...]]:

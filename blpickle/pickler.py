@@ -23,6 +23,7 @@ import numpy as np
 
 from . import format as fmt
 from . import remote
+from .aliases import Aliases
 from .arrays import pickle_keeps_dtype, reduce_ndarray
 from .buffers import Payload
 from .errors import OptionsError
@@ -128,6 +129,8 @@ class _OutOfBand:
         self._codec = options.codec
         # small arrays are copied in band (and compressed with the pickle stream)
         self._copy_small_arrays = protocol >= 5 and user_callback is None and options.codec is not None
+        # arrays viewing the memory of one reduced before them are reduced to views of it
+        self._aliases = Aliases() if protocol >= 5 and user_callback is None else None
         self.reset()
 
     def reset(self) -> None:
@@ -140,17 +143,25 @@ class _OutOfBand:
         self._arrays: dict[int, int] = {}
         self._kept: list[np.ndarray] = []
         self._slots = 0
+        if self._aliases is not None:
+            self._aliases.clear()
 
     def used(self) -> bool:
         """Whether the last pickle stream met any buffer: out of band, the caller's, or a
         placeholder (then a reset is needed)."""
         return bool(self._slots or self._placeholders or self.streams)
 
+    def forget(self) -> None:
+        """Reset if the last pickle stream met any buffer or array."""
+        if self.used() or self._aliases:
+            self.reset()
+
     def reduce_ndarray(self, array: np.ndarray) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
-        `take_buffer`, a copy in band, or numpy's own reduction (protocols under 5,
-        object arrays, dtypes numpy gives back changed, a caller's ``buffer_callback``). The
-        array loads as ``pickle`` gives it back, contiguous ones read-only if they were."""
+        `take_buffer`, a copy in band, a view of an array reduced before whose memory holds
+        it (`blpickle.aliases`), or numpy's own reduction (protocols under 5, object arrays,
+        dtypes numpy gives back changed, a caller's ``buffer_callback``). The array loads as
+        ``pickle`` gives it back, contiguous ones read-only if they were, views as views."""
         met = array
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap loads as a plain array
@@ -164,6 +175,10 @@ class _OutOfBand:
             or (not dtype.isnative and not pickle_keeps_dtype(dtype, flags.c_contiguous or flags.f_contiguous))
         ):
             return array.__reduce_ex__(self._protocol)
+        if self._aliases is not None and array.size:
+            view = self._aliases.place(met, array, flags.c_contiguous or flags.f_contiguous)
+            if view is not None:
+                return view
         # numpy copies strided views into new (writable) arrays; others keep their flag
         readonly = not flags.writeable and (flags.c_contiguous or flags.f_contiguous)
         if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
@@ -304,8 +319,7 @@ class _RecordPickler(pickle.Pickler):
         """Keep nothing of the last object: the memo and the buffers would hold it alive."""
         self.clear_memo()
         self._graph.reset()
-        if self._out_of_band.used():
-            self._out_of_band.reset()
+        self._out_of_band.forget()
 
 
 class Pickler(_RecordPickler):

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import rebuild_ndarray
+from .arrays import rebuild_ndarray, rebuild_view
 from .errors import CorruptError, UnsafeLoadError
 
 __all__ = [
@@ -306,6 +306,13 @@ def _call_rebuild(what: str) -> Callable[[tuple[Any, ...]], np.ndarray]:
     return call
 
 
+def _call_rebuild_view(args: tuple[Any, ...]) -> np.ndarray:
+    """The call of `rebuild_view` (base, offset, dtype, shape, strides), which checks that
+    the view lies inside its base, a contiguous array without objects."""
+    _arity(args, 5, 5, "blpickle rebuild_view")
+    return rebuild_view(*args)
+
+
 def _refuse_ndarray(args: tuple[Any, ...]) -> None:
     raise UnsafeLoadError("numpy", "ndarray", "safe mode builds arrays only through their reconstructors")
 
@@ -324,5 +331,6 @@ CHECKED_CALLS: dict[Any, Callable[[tuple[Any, ...]], Any]] = {
     _SCALAR: _call_scalar,
     _FROMBUFFER: _call_rebuild("numpy _frombuffer"),
     rebuild_ndarray: _call_rebuild("blpickle rebuild_ndarray"),
+    rebuild_view: _call_rebuild_view,
     np.ndarray: _refuse_ndarray,
 }

@@ -41,8 +41,10 @@ SAFE_GLOBALS = frozenset(
         "numpy.core.multiarray.scalar",
         "numpy._core.numeric._frombuffer",
         "numpy.core.numeric._frombuffer",
-        # how blpickle records rebuild out-of-band arrays (checks sizes, refuses object dtypes)
+        # how blpickle records rebuild arrays (checks sizes, refuses object dtypes) and views
+        # of them (checks that the view lies inside its base)
         "blpickle.arrays.rebuild_ndarray",
+        "blpickle.arrays.rebuild_view",
     }
 )
 

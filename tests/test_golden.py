@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 from conftest import assert_same_array
-from golden.objects import GOLDEN_FILES, golden_object, small_golden_object
+from golden.objects import GOLDEN_FILES, golden_object, small_golden_object, views_golden_object
 
 import blpickle
 
@@ -42,6 +42,9 @@ def test_golden_file_loads_the_golden_object(name):
         _assert_same(small_golden_object(), loaded)
         assert loaded["nested"]["shared"] is loaded["ramp"]
         return
+    if arguments.get("views"):
+        _assert_views(views_golden_object(), loaded)
+        return
     expected = golden_object(blob=arguments.get("blob", False))
     if arguments.get("protocol", 5) < 5:  # numpy pickles in band: native byte order
         expected["big_endian"] = expected["big_endian"].astype("=i4")
@@ -50,11 +53,32 @@ def test_golden_file_loads_the_golden_object(name):
     assert loaded["nested"]["shared"] is loaded["ramp"]
 
 
+def _assert_views(expected: dict, loaded: dict) -> None:
+    """The views golden object: its arrays, and its views sharing their memory."""
+    _assert_same(expected["ramp"], loaded["ramp"])
+    _assert_same(expected["model"]["grid"], loaded["model"]["grid"])
+    for view, actual in zip(expected["views"], loaded["views"], strict=True):
+        assert actual.dtype == view.dtype and actual.strides == view.strides
+        np.testing.assert_array_equal(actual, view)
+        assert np.shares_memory(actual, loaded["ramp"]) or np.shares_memory(actual, loaded["model"]["grid"])
+
+
+def test_the_full_1_1_golden_file_names_its_arrays_and_their_order():
+    path = os.path.join(GOLDEN_DIR, "v1.1-full-views.blp")
+    with blpickle.open(path) as rec:
+        assert rec.names == ("ramp", "model.grid")
+        assert [a.order for a in rec.arrays] == ["C", "F"]
+        _assert_same(views_golden_object()["model"]["grid"], rec["model.grid"])
+        assert "blpickle.arrays.rebuild_view" in rec.info.globals
+    _assert_views(views_golden_object(), blpickle.load(path, safe=True))
+
+
 def test_every_golden_file_is_committed_and_of_its_version():
     for name, arguments in GOLDEN_FILES.items():
         info = blpickle.inspect(os.path.join(GOLDEN_DIR, name), key=arguments.get("key"))
-        version = "1.1" if arguments.get("small") else "1.0"  # full records are still written as 1.0
-        assert info.version == version and name.startswith(f"v{version}-")
+        marked = "1.1" if arguments.get("small") else "1.0"  # full records are still marked 1.0
+        version = "1.1" if arguments.get("small") or arguments.get("views") else "1.0"  # what they hold
+        assert info.version == marked and name.startswith(f"v{version}-")
         assert info.signed == ("key" in arguments)
         assert any(b.splice is not None for b in info.buffers) == arguments.get("blob", False)
         assert (not info.buffers and not info.options) == bool(arguments.get("small"))

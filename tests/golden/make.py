@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from objects import GOLDEN_FILES, golden_object, small_golden_object
+from objects import GOLDEN_FILES, golden_object, small_golden_object, views_golden_object
 
 import blpickle
 
@@ -24,7 +24,12 @@ def main() -> None:
             print(f"kept    {name}")
             continue
         options = dict(options)
-        obj = small_golden_object() if options.pop("small", False) else golden_object(blob=options.pop("blob", False))
+        if options.pop("small", False):
+            obj = small_golden_object()
+        elif options.pop("views", False):
+            obj = views_golden_object()
+        else:
+            obj = golden_object(blob=options.pop("blob", False))
         blpickle.dump(obj, path, options.pop("protocol", None), **options)
         print(f"written {name}")
 

@@ -6,7 +6,8 @@ import numpy as np
 
 #: file name -> dump arguments (``blob``: the object also holds a payload large enough to be
 #: spliced out of the pickle; ``small``: the object is `small_golden_object`, which makes a
-#: compact record). Files are written once per format version and never rewritten.
+#: compact record; ``views``: the object is `views_golden_object`, a full record with what 1.1
+#: added to full records). Files are written once per format version and never rewritten.
 GOLDEN_FILES = {
     "v1.0-default.blp": {},
     "v1.0-raw.blp": {"codec": None},
@@ -15,6 +16,7 @@ GOLDEN_FILES = {
     "v1.0-protocol2.blp": {"protocol": 2},
     "v1.0-signed-spliced.blp": {"key": b"golden key", "blob": True, "chunk_size": 65536},
     "v1.1-compact.blp": {"small": True},
+    "v1.1-full-views.blp": {"views": True, "chunk_size": 65536},
 }
 
 
@@ -55,4 +57,17 @@ def small_golden_object() -> dict:
         "ramp": ramp,
         "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
         "nested": {"set": {1, 2}, "none": None, "shared": ramp},
+    }
+
+
+def views_golden_object() -> dict:
+    """Return the object of the full 1.1 golden file: named out-of-band arrays (the stream keys
+    ``name`` and ``order``, a Fortran-order one among them) and views of them
+    (``rebuild_view``)."""
+    ramp = np.arange(40_000, dtype=np.int64)
+    grid = np.asfortranarray((ramp % 977).astype(np.float64).reshape(200, 200))
+    return {
+        "ramp": ramp,
+        "model": {"grid": grid},
+        "views": [ramp[:], ramp[100:200], ramp[::-3], grid.T, grid[5:50:5, ::7], ramp.view(np.uint8)[8:24]],
     }
