@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import blosc2
 
-__all__ = ["alongside", "map_ordered", "shared_pool"]
+__all__ = ["map_ordered", "shared_pool"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -72,33 +72,3 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], count: int, nthreads: 
         for future in pending:
             future.cancel()
         wait(pending)
-
-
-def alongside(fn: Callable[[T], object], items: Iterable[T], nthreads: int) -> Iterator[T]:
-    """Yield each of ``items`` while ``fn(item)`` runs in a shared pool thread (inline with a
-    single thread), so that the caller's work on an item overlaps ``fn``'s.
-
-    The calls run one at a time, in order: each starts once the previous one has returned.
-    When the iteration ends, early or not, the last call has returned.
-
-    Raises:
-        whatever ``fn`` raises, at the next item or at the end.
-    """
-    if nthreads == 1:
-        for item in items:
-            fn(item)
-            yield item
-        return
-    pool = shared_pool(nthreads)
-    running: Future[object] | None = None
-    try:
-        for item in items:
-            if running is not None:
-                running.result()
-            running = pool.submit(fn, item)
-            yield item
-        if running is not None:
-            running.result()
-    finally:
-        if running is not None:
-            wait([running])

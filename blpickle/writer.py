@@ -25,7 +25,7 @@ from .chunks import compress_chunk
 from .errors import DumpError
 from .options import Options
 from .policy import ChunkPlan, plan_buffer, plan_graph, plan_raw
-from .pool import alongside, map_ordered, shared_pool
+from .pool import map_ordered, shared_pool
 
 __all__ = ["CountingWriter", "PackedStream", "Pickled", "write_pickled", "write_record"]
 
@@ -235,7 +235,7 @@ def write_record(
             frames = _write_packed_stream(out, payload, header_checksum, len(index), sign)
         elif plan.raw:
             seed = fmt.frame_seed(header_checksum, len(index))
-            frames = [_write_raw_frame(out, payload, seed, sign, nthreads)] if info.nbytes else []
+            frames = [_write_raw_frame(out, payload, seed, sign)] if info.nbytes else []
         else:
             frames = _write_chunked(out, payload, plan, header_checksum, len(index), sign, nthreads)
         for offset, csize, checksum, digest in frames:
@@ -290,22 +290,17 @@ def _write_packed_stream(
     return frames
 
 
-def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool, nthreads: int) -> Frame:
-    """Write a raw frame; each piece of the payload is checksummed in a pool thread while
-    it is written."""
+def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool) -> Frame:
     out.write(bytes(fmt.raw_padding(out.pos)))
     offset = out.pos
     out.write(fmt.U64.pack(payload.nbytes))
     hasher = xxhash.xxh3_64(seed=seed)
     signer = hashlib.blake2b(digest_size=32) if sign else None
-
-    def digest(piece: Any) -> None:
+    multiple = payload.chunk_multiple
+    for piece in payload.chunks(RAW_PIECE_SIZE - RAW_PIECE_SIZE % multiple or multiple):
         hasher.update(piece)
         if signer is not None:
             signer.update(piece)
-
-    multiple = payload.chunk_multiple
-    for piece in alongside(digest, payload.chunks(RAW_PIECE_SIZE - RAW_PIECE_SIZE % multiple or multiple), nthreads):
         out.write(piece)
     checksum = hasher.intdigest()
     out.write(fmt.U64.pack(checksum))

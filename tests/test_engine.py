@@ -106,24 +106,9 @@ def test_map_ordered_keeps_order_and_stops_cleanly_on_an_error():
         next(results)
 
 
-def test_alongside_runs_every_call_in_order_and_raises_its_error():
-    from blpickle.pool import alongside
-
-    seen: list[int] = []
-    assert list(alongside(seen.append, range(50), 2)) == list(range(50))
-    assert seen == list(range(50))
-
-    def fail_at_3(item: int) -> None:
-        if item == 3:
-            raise ValueError("three")
-
-    with pytest.raises(ValueError, match="three"):
-        list(alongside(fail_at_3, range(10), 2))
-
-
 @pytest.mark.parametrize("nthreads", [1, 2])
 def test_raw_buffers_of_several_pieces_round_trip_signed_and_strided(nthreads):
-    """Raw buffers are checksummed (and signed) piece by piece while they are written."""
+    """Raw buffers of several pieces are checksummed (and signed) whole, strided or not."""
     array = np.arange(1_200_005, dtype=np.float64)  # over one 8 MiB piece
     for obj in (array, array[::2], array.reshape(5, -1)[:, ::-1]):
         data = blpickle.dumps(obj, codec=None, key=b"key", nthreads=nthreads)
