@@ -129,10 +129,14 @@ class Options:
         return blosc2_cparams(self, typesize, codec)
 
 
+#: Named options: "default" (zstd or lz4 per buffer), "fast" (lz4), "balanced" (zstd level 1),
+#: "dense" (zstd level 5 with shuffle, the codec, level and filters of ``blosc2.save_tensor``'s
+#: defaults), "small" (zstd level 5 with bytedelta) and "raw" (uncompressed, mappable).
 PRESETS: dict[str, Options] = {
     "default": Options(),
     "fast": Options(codec="lz4", clevel=1),
     "balanced": Options(codec="zstd", clevel=1),
+    "dense": Options(codec="zstd", clevel=5),
     "small": Options(codec="zstd", clevel=5, bytedelta=True),
     "raw": Options(codec=None),
 }

@@ -20,7 +20,7 @@ from . import format as fmt
 from .chunks import unpack_chunk
 from .errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
 from .pool import map_ordered, shared_pool
-from .sources import READ_SIZE, MemorySource, RecordingSource, Source
+from .sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 
 __all__ = ["RecordReader"]
 
@@ -316,7 +316,7 @@ class RecordReader:
                 raise CorruptError(
                     f"{what} at offset {offset} declares {csize} compressed bytes for {stop - start} bytes of data"
                 )
-            packed = source.read(csize, what)
+            packed = (out is not None and number > 0 and source.read_later(csize, what)) or source.read(csize, what)
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, len(self.index))
             self.index.add(offset, csize, stored)
@@ -397,7 +397,10 @@ def _allocate(nbytes: int, number: int) -> np.ndarray:
 
 
 def _unpack_frame(job: tuple) -> bytes | None:
-    """Run `unpack_chunk` on a frame; return its BLAKE2b digest if the record is signed."""
-    *chunk, sign = job
-    unpack_chunk(*chunk)
-    return fmt.frame_digest(chunk[0]) if sign else None
+    """Run `unpack_chunk` on a frame (reading its payload first if it is a `PendingRead`);
+    return its BLAKE2b digest if the record is signed."""
+    packed, *chunk, sign = job
+    if isinstance(packed, PendingRead):
+        packed = packed.read()
+    unpack_chunk(packed, *chunk)
+    return fmt.frame_digest(packed) if sign else None

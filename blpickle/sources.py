@@ -7,6 +7,7 @@ import io
 import mmap
 import os
 import stat
+import threading
 from typing import Any, BinaryIO, Protocol
 
 import numpy as np
@@ -14,10 +15,24 @@ import numpy as np
 from . import format as fmt
 from .errors import TruncatedError
 
-__all__ = ["FileSource", "MemorySource", "RandomAccess", "RecordingSource", "Source", "map_file", "plain_fileno"]
+__all__ = [
+    "FileSource",
+    "MemorySource",
+    "PendingRead",
+    "RandomAccess",
+    "RecordingSource",
+    "Source",
+    "map_file",
+    "plain_fileno",
+]
 
 #: Large reads from files are made in pieces of this size.
 READ_SIZE = 8 << 20
+#: Reads of at least this many bytes from a plain file can be left to the thread that uses
+#: them (`FileSource.read_later`) ...
+LATER_READ_SIZE = 256 << 10
+#: ... which reads them into a buffer of its own, kept between reads up to this size.
+KEPT_BUFFER_SIZE = 16 << 20
 
 
 class RandomAccess(Protocol):
@@ -51,6 +66,11 @@ class Source:
     def map(self, size: int, what: str) -> np.ndarray | None:
         """Return the next ``size`` bytes as an array sharing a memory map, or None (then
         nothing is read)."""
+        return None
+
+    def read_later(self, size: int, what: str) -> PendingRead | None:
+        """Move past the next ``size`` bytes and return how to read them later, from any
+        thread; or None (then nothing is read)."""
         return None
 
     def size(self) -> int | None:
@@ -144,6 +164,19 @@ class FileSource(Source):
         self.pos += size
         return data
 
+    def read_later(self, size: int, what: str) -> PendingRead | None:
+        """For a plain file holding them, of at least `LATER_READ_SIZE` bytes: see
+        `Source.read_later`."""
+        if self._fileno is None or size < LATER_READ_SIZE:
+            return None
+        start = self._start + self.pos
+        if os.fstat(self._fileno).st_size < start + size:
+            return None  # read now, to raise TruncatedError
+        self._file.seek(start + size)
+        pending = PendingRead(self._fileno, start, size, what, self.pos)
+        self.pos += size
+        return pending
+
     def readinto(self, dst: memoryview, what: str) -> None:
         readinto = getattr(self._file, "readinto", None)
         if readinto is None:
@@ -176,6 +209,48 @@ class FileSource(Source):
     def seek(self, pos: int) -> None:
         self._file.seek(self._start + pos)
         self.pos = pos
+
+
+class PendingRead:
+    """Bytes of a plain file to be read by the thread that uses them: each thread reads into a
+    buffer of its own, reused from one read to the next (so nothing is allocated, and the bytes
+    stay in that core's cache for their checksum and decompression), and the threads read in
+    parallel.
+
+    Args:
+        fileno: the file's descriptor.
+        offset: where the bytes are in the file.
+        size: how many.
+        what, pos: what they are and their offset in the record, for errors.
+    """
+
+    _buffers = threading.local()
+
+    def __init__(self, fileno: int, offset: int, size: int, what: str, pos: int) -> None:
+        self._fileno, self._offset, self.size, self._what, self._pos = fileno, offset, size, what, pos
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> memoryview:
+        """Return the bytes, in this thread's buffer: valid until this thread's next `read`.
+
+        Raises:
+            TruncatedError: when the file no longer holds them all.
+        """
+        kept: np.ndarray | None = getattr(self._buffers, "buffer", None)
+        if kept is None or kept.nbytes < self.size:
+            kept = np.empty(self.size, dtype=np.uint8)
+            if self.size <= KEPT_BUFFER_SIZE:
+                self._buffers.buffer = kept
+        view = kept.data[: self.size]
+        done = 0
+        while done < self.size:
+            count = os.preadv(self._fileno, [view[done:]], self._offset + done)
+            if not count:
+                raise TruncatedError(self._what, self._pos, self.size, done)
+            done += count
+        return view
 
 
 class RecordingSource(Source):

@@ -104,3 +104,16 @@ def test_map_ordered_keeps_order_and_stops_cleanly_on_an_error():
     assert [next(results) for _ in range(50)] == list(range(50))
     with pytest.raises(ValueError, match="item 50"):
         next(results)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_raw_buffers_of_several_pieces_round_trip_signed_and_strided(nthreads):
+    """Raw buffers of several pieces are checksummed (and signed) whole, strided or not."""
+    array = np.arange(1_200_005, dtype=np.float64)  # over one 8 MiB piece
+    for obj in (array, array[::2], array.reshape(5, -1)[:, ::-1]):
+        data = blpickle.dumps(obj, codec=None, key=b"key", nthreads=nthreads)
+        assert np.array_equal(blpickle.loads(data, key=b"key"), obj)
+        damaged = bytearray(data)
+        damaged[len(data) // 2] ^= 1
+        with pytest.raises(blpickle.LoadError):
+            blpickle.loads(bytes(damaged), key=b"key")

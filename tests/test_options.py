@@ -103,3 +103,17 @@ def test_zstd_blocks_round_trip_for_every_element_and_data_size(typesize):
         data = (np.cumsum(rng.integers(-2, 3, nbytes)) % 256).astype(np.uint8).tobytes()
         for cparams in (options.blosc2_cparams(typesize), options.replace(bytedelta=True).blosc2_cparams(typesize)):
             assert blosc2.decompress2(compress_chunk(data, cparams)) == data, (nbytes, cparams["filters"])
+
+
+def test_the_dense_preset_compresses_as_blosc2_save_tensor_defaults():
+    """The preset that matches ``blosc2.save_tensor`` uses the codec, level and filter of
+    Blosc2's default compression parameters (which save_tensor uses), and stores buffers so."""
+    defaults = blosc2.CParams()
+    dense = PRESETS["dense"]
+    assert blosc2.Codec[dense.codec.upper()] == defaults.codec
+    assert dense.clevel == defaults.clevel
+    assert [f for f in defaults.filters if f != blosc2.Filter.NOFILTER] == [blosc2.Filter.SHUFFLE]
+    assert (dense.shuffle, dense.bytedelta) == ("shuffle", False)
+    array = np.arange(300_000, dtype=np.int64)
+    (buffer,) = blpickle.inspect(blpickle.dumps(array, preset="dense")).buffers
+    assert buffer.codec == "zstd"
