@@ -55,7 +55,8 @@ FLAG_COMPACT = 2
 COMPACT_OVERHEAD = 16 + 8
 #: The preamble of every compact record up to its size field.
 _COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, COMPACT_MINOR, FLAG_COMPACT)
-_U32 = struct.Struct("<I")
+#: A compact record's preamble: that prefix and the pickle's size.
+_COMPACT_START = struct.Struct("<12sI")
 
 #: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
 ALIGNMENT = 64
@@ -150,8 +151,17 @@ def check_header_size(header_size: int) -> None:
 def encode_compact(pickle: Any) -> bytes:
     """Return the compact record of a pickle: preamble (version 1.1, flag compact, the
     pickle's size), the pickle, then XXH3-64 of both (seed 0)."""
-    head = _COMPACT_PREFIX + _U32.pack(len(pickle)) + pickle
+    head = _COMPACT_START.pack(_COMPACT_PREFIX, len(pickle)) + pickle
     return head + U64.pack(xxhash.xxh3_64_intdigest(head))
+
+
+def compact_size(preamble: bytes) -> int | None:
+    """Return the pickle size a compact record's 16-byte preamble gives, when it is the one
+    blpickle writes (1.1, flags compact only); None for any other 16 bytes."""
+    if len(preamble) != PREAMBLE.size:
+        return None
+    prefix, size = _COMPACT_START.unpack(preamble)
+    return size if prefix == _COMPACT_PREFIX else None
 
 
 def checked_compact_pickle(data: Any) -> Any:
@@ -161,10 +171,15 @@ def checked_compact_pickle(data: Any) -> Any:
     record reader reads or reports in full."""
     if type(data) is not bytes:
         data = memoryview(data).cast("B")
-    if data[: len(_COMPACT_PREFIX)] != _COMPACT_PREFIX or len(data) < COMPACT_OVERHEAD:
+    if len(data) < COMPACT_OVERHEAD:
         return None
-    end = PREAMBLE.size + _U32.unpack_from(data, len(_COMPACT_PREFIX))[0]
-    if len(data) < end + U64.size or xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]:
+    prefix, size = _COMPACT_START.unpack_from(data)
+    end = PREAMBLE.size + size
+    if (
+        prefix != _COMPACT_PREFIX
+        or len(data) < end + U64.size
+        or xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]
+    ):
         return None
     return data[PREAMBLE.size : end]
 
