@@ -18,7 +18,6 @@ frames lives in `blpickle.writer` and `blpickle.reader`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -422,6 +421,24 @@ def total_frames(streams: Sequence[StreamInfo]) -> int:
 _ARRAY_HEADERS = {0xDC: 3, 0xDD: 5}
 
 
+class _Parsing:
+    """A block of msgpack parsing: its errors, of the several unrelated types msgpack raises
+    for bad input, become a `CorruptError` naming ``where`` (a class rather than a generator
+    context manager: a header is parsed in a few dozen such blocks)."""
+
+    __slots__ = ("_where",)
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, LoadError):
+            raise CorruptError(f"{self._where} is not valid msgpack within the limits: {exc}") from None
+
+
 class _Reader:
     """Reads a msgpack document piece by piece: its outer map and the ``streams`` array are
     walked (each stream map is decoded and validated on its own), and each value is
@@ -433,20 +450,11 @@ class _Reader:
         self._what = what
         self._unpacker = msgpack.Unpacker(io.BytesIO(data), max_buffer_size=max(len(data), 1))
 
-    @contextlib.contextmanager
-    def _parsing(self, where: str) -> Iterator[None]:
-        try:
-            yield
-        except LoadError:
-            raise
-        except Exception as exc:  # msgpack raises several unrelated types for bad input
-            raise CorruptError(f"{where} is not valid msgpack within the limits: {exc}") from None
-
     def keys(self, where: str, seen: dict[str, Any]) -> Iterator[str]:
         """Yield the keys of the top-level map, whose values the caller reads in between;
         refuse more than `MAX_HEADER_KEYS` keys, keys that are not strings, and a key
         already in ``seen``."""
-        with self._parsing(where):
+        with _Parsing(where):
             count = self._unpacker.read_map_header()
         if count > MAX_HEADER_KEYS:
             raise CorruptError(f"{where}: a map of {count} keys, at most {MAX_HEADER_KEYS} allowed")
@@ -461,7 +469,7 @@ class _Reader:
     def streams(self) -> tuple[StreamInfo, ...]:
         """Read the header's ``streams`` array a stream map at a time: the tuple grows only
         with the maps that are there, whatever count the array declares."""
-        with self._parsing("header field 'streams'"):
+        with _Parsing("header field 'streams'"):
             count = self._unpacker.read_array_header()
         if not 1 <= count <= MAX_STREAMS:
             raise LimitError(f"header: {count} streams, expected 1 to {MAX_STREAMS}")
@@ -475,7 +483,7 @@ class _Reader:
         time, each block checked (ascending without repeats, if asked) before the next is
         decoded: only a valid array costs memory, a few times its size."""
         rule = "ascending non-negative integers without repeats" if ascending else "64-bit unsigned integers"
-        with self._parsing(f"{self._what} field {field!r}"):
+        with _Parsing(f"{self._what} field {field!r}"):
             start = self._unpacker.tell()
             self._unpacker.skip()
             data = self._view[start : self._unpacker.tell()]
@@ -516,7 +524,7 @@ class _Reader:
                 raise CorruptError(f"{where}: more than {containers} maps and arrays")
             return container
 
-        with self._parsing(where):
+        with _Parsing(where):
             start = self._unpacker.tell()
             self._unpacker.skip()
             return msgpack.unpackb(
@@ -533,7 +541,7 @@ class _Reader:
 
     def skip(self, where: str) -> None:
         """Pass over the next value without decoding it (msgpack's parser allocates nothing)."""
-        with self._parsing(where):
+        with _Parsing(where):
             self._unpacker.skip()
 
     def end(self) -> None:

@@ -152,7 +152,7 @@ class Unpickler(pickle.Unpickler):
         if size is None or size >= COMPACT_LIMIT:
             return self._load_from(FileSource(self._file, pos=len(preamble)), preamble)
         record = preamble + _read_upto(self._file, size + fmt.U64.size)
-        loaded = _load_compact(record, self._settings)
+        loaded = _load_compact(record, *self._settings)
         if loaded is _NOT_LOADED:
             return self._load_from(MemorySource(memoryview(record), len(preamble)), preamble)
         return loaded
@@ -372,7 +372,7 @@ def loads(
     if isinstance(data, str):
         raise TypeError("a bytes-like object is required, not 'str'")
     if not safe and not allowed and key is None:
-        loaded = _load_compact(data, _Settings(fix_imports, encoding, errors))
+        loaded = _load_compact(data, fix_imports, encoding, errors)
         if loaded is not _NOT_LOADED:
             return loaded
     view = memoryview(data).cast("B")
@@ -397,15 +397,16 @@ def loads(
 _NOT_LOADED = object()
 
 
-def _load_compact(record: Any, settings: _Settings) -> Any:
+def _load_compact(record: Any, fix_imports: bool, encoding: str, errors: str) -> Any:
     """Return the object of the compact record ``record`` holds from its start (bytes-like),
-    once its checksum is right, unpickled with ``pickle.loads``; `_NOT_LOADED` for anything
+    once its checksum is right, unpickled with ``pickle.loads`` and the arguments of
+    ``pickle.Unpickler`` given; `_NOT_LOADED` for anything
     else, or when unpickling fails: the caller then loads it as every record, to report the
     error the same way."""
     body = fmt.checked_compact_pickle(record)
     if body is not None:
         try:
-            return pickle.loads(body, fix_imports=settings[0], encoding=settings[1], errors=settings[2], buffers=())
+            return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=())
         except Exception:
             pass
     return _NOT_LOADED
