@@ -426,7 +426,8 @@ def dumps(
         # record costs a pickling, a checksum and a few attribute reads. A pickler is taken
         # while in use (a ``dumps`` nested in a reducer makes its own); one that failed is
         # not kept.
-        pickler = _IDLE.__dict__.pop("pickler", None)
+        idle = _IDLE.__dict__
+        pickler = idle.pop("pickler", None)
         if pickler is None or pickler.options is not PRESETS["default"]:
             pickler = Pickler(io.BytesIO())
         graph = pickler._graph
@@ -442,7 +443,7 @@ def dumps(
         except BaseException:
             pickler._reset()
             raise
-        _IDLE.__dict__["pickler"] = pickler
+        idle["pickler"] = pickler
         return record
     out = io.BytesIO()
     dump(obj, out, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, **options)
