@@ -6,6 +6,7 @@ here asserts a timing: only that every row is measured and every goal finds its 
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -115,3 +116,12 @@ def test_section_tables_render_every_section_and_its_goals() -> None:
     assert "| tiny dict {'a': 1} | size |" in text and "| low, 4 MB | load |" in text
     assert "| load pipeline >= 0.95x Blosc2's own throughput, same parameters |" in text
     assert "3x joblib lz4" not in text  # the study's goals stay in the study's report
+
+
+def test_durable_pickle_dump_replaces_the_file_whole(tmp_path) -> None:
+    path = str(tmp_path / "out.pkl")
+    fixed_cost.durable_pickle_dump({"first": 1}, path)
+    fixed_cost.durable_pickle_dump([1, 2, 3], path)
+    with open(path, "rb") as file:
+        assert pickle.load(file) == [1, 2, 3]
+    assert sorted(os.listdir(tmp_path)) == ["out.pkl"]

@@ -18,7 +18,6 @@ frames lives in `blpickle.writer` and `blpickle.reader`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -55,7 +54,8 @@ FLAG_COMPACT = 2
 COMPACT_OVERHEAD = 16 + 8
 #: The preamble of every compact record up to its size field.
 _COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, COMPACT_MINOR, FLAG_COMPACT)
-_U32 = struct.Struct("<I")
+#: A compact record's preamble: that prefix and the pickle's size.
+_COMPACT_START = struct.Struct("<12sI")
 
 #: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
 ALIGNMENT = 64
@@ -150,8 +150,17 @@ def check_header_size(header_size: int) -> None:
 def encode_compact(pickle: Any) -> bytes:
     """Return the compact record of a pickle: preamble (version 1.1, flag compact, the
     pickle's size), the pickle, then XXH3-64 of both (seed 0)."""
-    head = _COMPACT_PREFIX + _U32.pack(len(pickle)) + pickle
+    head = _COMPACT_START.pack(_COMPACT_PREFIX, len(pickle)) + pickle
     return head + U64.pack(xxhash.xxh3_64_intdigest(head))
+
+
+def compact_size(preamble: bytes) -> int | None:
+    """Return the pickle size a compact record's 16-byte preamble gives, when it is the one
+    blpickle writes (1.1, flags compact only); None for any other 16 bytes."""
+    if len(preamble) != PREAMBLE.size:
+        return None
+    prefix, size = _COMPACT_START.unpack(preamble)
+    return size if prefix == _COMPACT_PREFIX else None
 
 
 def checked_compact_pickle(data: Any) -> Any:
@@ -161,10 +170,15 @@ def checked_compact_pickle(data: Any) -> Any:
     record reader reads or reports in full."""
     if type(data) is not bytes:
         data = memoryview(data).cast("B")
-    if data[: len(_COMPACT_PREFIX)] != _COMPACT_PREFIX or len(data) < COMPACT_OVERHEAD:
+    if len(data) < COMPACT_OVERHEAD:
         return None
-    end = PREAMBLE.size + _U32.unpack_from(data, len(_COMPACT_PREFIX))[0]
-    if len(data) < end + U64.size or xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]:
+    prefix, size = _COMPACT_START.unpack_from(data)
+    end = PREAMBLE.size + size
+    if (
+        prefix != _COMPACT_PREFIX
+        or len(data) < end + U64.size
+        or xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]
+    ):
         return None
     return data[PREAMBLE.size : end]
 
@@ -407,6 +421,24 @@ def total_frames(streams: Sequence[StreamInfo]) -> int:
 _ARRAY_HEADERS = {0xDC: 3, 0xDD: 5}
 
 
+class _Parsing:
+    """A block of msgpack parsing: its errors, of the several unrelated types msgpack raises
+    for bad input, become a `CorruptError` naming ``where`` (a class rather than a generator
+    context manager: a header is parsed in a few dozen such blocks)."""
+
+    __slots__ = ("_where",)
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, LoadError):
+            raise CorruptError(f"{self._where} is not valid msgpack within the limits: {exc}") from None
+
+
 class _Reader:
     """Reads a msgpack document piece by piece: its outer map and the ``streams`` array are
     walked (each stream map is decoded and validated on its own), and each value is
@@ -418,20 +450,11 @@ class _Reader:
         self._what = what
         self._unpacker = msgpack.Unpacker(io.BytesIO(data), max_buffer_size=max(len(data), 1))
 
-    @contextlib.contextmanager
-    def _parsing(self, where: str) -> Iterator[None]:
-        try:
-            yield
-        except LoadError:
-            raise
-        except Exception as exc:  # msgpack raises several unrelated types for bad input
-            raise CorruptError(f"{where} is not valid msgpack within the limits: {exc}") from None
-
     def keys(self, where: str, seen: dict[str, Any]) -> Iterator[str]:
         """Yield the keys of the top-level map, whose values the caller reads in between;
         refuse more than `MAX_HEADER_KEYS` keys, keys that are not strings, and a key
         already in ``seen``."""
-        with self._parsing(where):
+        with _Parsing(where):
             count = self._unpacker.read_map_header()
         if count > MAX_HEADER_KEYS:
             raise CorruptError(f"{where}: a map of {count} keys, at most {MAX_HEADER_KEYS} allowed")
@@ -446,7 +469,7 @@ class _Reader:
     def streams(self) -> tuple[StreamInfo, ...]:
         """Read the header's ``streams`` array a stream map at a time: the tuple grows only
         with the maps that are there, whatever count the array declares."""
-        with self._parsing("header field 'streams'"):
+        with _Parsing("header field 'streams'"):
             count = self._unpacker.read_array_header()
         if not 1 <= count <= MAX_STREAMS:
             raise LimitError(f"header: {count} streams, expected 1 to {MAX_STREAMS}")
@@ -460,7 +483,7 @@ class _Reader:
         time, each block checked (ascending without repeats, if asked) before the next is
         decoded: only a valid array costs memory, a few times its size."""
         rule = "ascending non-negative integers without repeats" if ascending else "64-bit unsigned integers"
-        with self._parsing(f"{self._what} field {field!r}"):
+        with _Parsing(f"{self._what} field {field!r}"):
             start = self._unpacker.tell()
             self._unpacker.skip()
             data = self._view[start : self._unpacker.tell()]
@@ -501,7 +524,7 @@ class _Reader:
                 raise CorruptError(f"{where}: more than {containers} maps and arrays")
             return container
 
-        with self._parsing(where):
+        with _Parsing(where):
             start = self._unpacker.tell()
             self._unpacker.skip()
             return msgpack.unpackb(
@@ -518,7 +541,7 @@ class _Reader:
 
     def skip(self, where: str) -> None:
         """Pass over the next value without decoding it (msgpack's parser allocates nothing)."""
-        with self._parsing(where):
+        with _Parsing(where):
             self._unpacker.skip()
 
     def end(self) -> None:

@@ -315,6 +315,14 @@ class _RecordPickler(pickle.Pickler):
         pickled = Pickled(self._graph.finish(), tuple(out_of_band.streams), tuple(out_of_band.external), self._protocol)
         write_pickled(file, pickled, self.options, self._key)
 
+    def _full_record_bytes(self, obj: Any) -> bytes:
+        """Return the last pickling of ``obj`` as a full record, and reset."""
+        self._out_of_band.name_arrays(obj)
+        out = io.BytesIO()
+        self._write_full(out)
+        self._reset()
+        return out.getvalue()
+
     def _reset(self) -> None:
         """Keep nothing of the last object: the memo and the buffers would hold it alive."""
         self.clear_memo()
@@ -428,7 +436,29 @@ def dumps(
         pickle.PicklingError: when ``obj`` cannot be pickled.
     """
     if protocol is None and buffer_callback is None and key is None and fix_imports and not options:
-        return _dumps_default(obj)
+        # The default: each thread keeps an idle pickler from call to call, so that a compact
+        # record costs a pickling, a checksum and a few attribute reads. A pickler is taken
+        # while in use (a ``dumps`` nested in a reducer makes its own); one that failed is
+        # not kept.
+        idle = _IDLE.__dict__
+        pickler = idle.pop("pickler", None)
+        if pickler is None or pickler.options is not PRESETS["default"]:
+            pickler = Pickler(io.BytesIO())
+        graph = pickler._graph
+        try:
+            _C_DUMP(pickler, obj)
+            tail = graph._tail
+            if graph._packed is None and fits_compact(len(tail), 0, (), None) and not pickler._out_of_band.used():
+                record = fmt.encode_compact(tail)
+                pickler.clear_memo()
+                tail.clear()  # encode_compact copied it, and nothing else refers to it
+            else:
+                record = pickler._full_record_bytes(obj)
+        except BaseException:
+            pickler._reset()
+            raise
+        idle["pickler"] = pickler
+        return record
     out = io.BytesIO()
     dump(obj, out, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, **options)
     return out.getvalue()
@@ -436,25 +466,4 @@ def dumps(
 
 #: Each thread's idle `Pickler` with the default options, for `dumps` without arguments.
 _IDLE = threading.local()
-
-
-def _dumps_default(obj: Any) -> bytes:
-    """`dumps` with the default arguments, with a pickler kept from call to call: a compact
-    record then costs a pickling and a checksum. A pickler is taken while in use, so that a
-    ``dumps`` nested in a reducer makes its own; one that failed is not kept."""
-    idle = _IDLE.__dict__
-    pickler = idle.pop("pickler", None)
-    if pickler is None or pickler.options is not PRESETS["default"]:
-        pickler = Pickler(io.BytesIO())
-    try:
-        pickle.Pickler.dump(pickler, obj)
-        pickler._out_of_band.name_arrays(obj)
-        record = pickler._compact_record()
-        if record is None:
-            out = io.BytesIO()
-            pickler._write_full(out)
-            record = out.getvalue()
-    finally:
-        pickler._reset()
-    idle["pickler"] = pickler
-    return record
+_C_DUMP = pickle.Pickler.dump

@@ -30,6 +30,7 @@ from .errors import (
 from .files import open_input
 from .layout import PickleFile, open_pickle
 from .options import Options, available_threads, check_key
+from .policy import COMPACT_LIMIT
 from .reader import RecordReader
 from .restricted import RestrictedUnpickler
 from .safe import Policy
@@ -130,6 +131,8 @@ class Unpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"Unpickler.__init__() was not called by {type(self).__name__}.__init__()")
         head = _read_upto(self._file, len(fmt.MAGIC))
         if head == fmt.MAGIC:
+            if type(self) is Unpickler and self._mmap_mode is None and self._policy is None and self._key is None:
+                return self._load_small_record(head)
             return self._load_record(head)
         if len(head) < len(fmt.MAGIC) and fmt.MAGIC.startswith(head):
             raise TruncatedError("the magic bytes", 0, len(fmt.MAGIC), len(head))
@@ -138,6 +141,21 @@ class Unpickler(pickle.Unpickler):
         if self._key is not None:
             raise SignatureError("this is not a blpickle record, so it cannot be signed: refusing to load it")
         return self._unpickle(_rewind(self._file, head), self._buffers)
+
+    def _load_small_record(self, magic: bytes) -> Any:
+        """Load the record whose magic was just read: a compact one under `COMPACT_LIMIT`
+        bytes is read whole and loaded as `loads` loads it (one checksum, one unpickling;
+        when that fails, read again from memory to report the error as for every record),
+        any other by a `RecordReader` on the file."""
+        preamble = magic + _read_upto(self._file, fmt.PREAMBLE.size - len(magic))
+        size = fmt.compact_size(preamble)
+        if size is None or size >= COMPACT_LIMIT:
+            return self._load_from(FileSource(self._file, pos=len(preamble)), preamble)
+        record = preamble + _read_upto(self._file, size + fmt.U64.size)
+        loaded = _load_compact(record, *self._settings)
+        if loaded is _NOT_LOADED:
+            return self._load_from(MemorySource(memoryview(record), len(preamble)), preamble)
+        return loaded
 
     def _load_record(self, magic: bytes) -> Any:
         """Load the record whose magic was just read, by reading the file, or with
@@ -354,12 +372,9 @@ def loads(
     if isinstance(data, str):
         raise TypeError("a bytes-like object is required, not 'str'")
     if not safe and not allowed and key is None:
-        body = fmt.checked_compact_pickle(data)
-        if body is not None:
-            try:
-                return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=())
-            except Exception:
-                pass  # loaded again below, to report the error as for every record
+        loaded = _load_compact(data, fix_imports, encoding, errors)
+        if loaded is not _NOT_LOADED:
+            return loaded
     view = memoryview(data).cast("B")
     head = bytes(view[: len(fmt.MAGIC)])
     unpickler = Unpickler(
@@ -376,3 +391,22 @@ def loads(
     if head != fmt.MAGIC:
         return unpickler.load()
     return unpickler._load_from(MemorySource(view, len(fmt.MAGIC)), head)
+
+
+#: What `_load_compact` returns for anything it does not load.
+_NOT_LOADED = object()
+
+
+def _load_compact(record: Any, fix_imports: bool, encoding: str, errors: str) -> Any:
+    """Return the object of the compact record ``record`` holds from its start (bytes-like),
+    once its checksum is right, unpickled with ``pickle.loads`` and the arguments of
+    ``pickle.Unpickler`` given; `_NOT_LOADED` for anything
+    else, or when unpickling fails: the caller then loads it as every record, to report the
+    error the same way."""
+    body = fmt.checked_compact_pickle(record)
+    if body is not None:
+        try:
+            return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=())
+        except Exception:
+            pass
+    return _NOT_LOADED

@@ -205,3 +205,46 @@ def test_a_failed_dumps_leaves_the_next_one_right():
     with pytest.raises(ValueError, match="no"):
         blpickle.dumps([1, Fails()])
     assert blpickle.loads(blpickle.dumps({"after": 1})) == {"after": 1}
+
+
+def test_the_kept_pickler_writes_compact_and_full_records_in_turn():
+    shared = ["shared"]
+    big = {"array": np.arange(100_000), "text": b"x" * (COMPACT_LIMIT + 1)}
+    for _ in range(3):
+        small = blpickle.dumps([shared, shared])
+        assert small[: len(fmt.MAGIC)] == fmt.MAGIC and fmt.checked_compact_pickle(small) is not None
+        assert small == blpickle.dumps([shared, shared])  # nothing of the last pickling is remembered
+        loaded = blpickle.loads(small)
+        assert loaded == [shared, shared] and loaded[0] is loaded[1]
+        full = blpickle.dumps(big)
+        assert fmt.checked_compact_pickle(full) is None
+        again = blpickle.loads(full)
+        assert np.array_equal(again["array"], big["array"]) and again["text"] == big["text"]
+
+
+def test_a_compact_record_in_a_file_is_checked_as_in_memory(tmp_path):
+    data = blpickle.dumps({"a": 1, "b": "x" * 50})
+    flipped = bytearray(data)
+    flipped[30] ^= 0x10
+    with pytest.raises(blpickle.ChecksumError, match="the header"):
+        blpickle.load(io.BytesIO(bytes(flipped)))
+    for cut in (10, 20, len(data) - 1):
+        with pytest.raises(blpickle.TruncatedError):
+            blpickle.load(io.BytesIO(data[:cut]))
+    with pytest.raises(blpickle.CorruptError, match="protocol 6"):
+        blpickle.load(io.BytesIO(_compact(b"\x80\x06N.")))
+    missing = _compact(pickle.dumps(os.path.join, protocol=5).replace(b"posixpath", b"nosuchmod"))
+    with pytest.raises(ModuleNotFoundError):
+        blpickle.load(io.BytesIO(missing))
+    path = tmp_path / "damaged.blp"
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(blpickle.ChecksumError) as raised:
+        blpickle.load(path)
+    assert str(path) in "".join(getattr(raised.value, "__notes__", []))
+
+
+def test_a_compact_record_over_the_compact_limit_loads_from_a_file():
+    body = pickle.dumps(b"y" * COMPACT_LIMIT, protocol=5)  # written by another writer: over the limit
+    stream = io.BytesIO(_compact(body) + blpickle.dumps("next"))
+    assert blpickle.load(stream) == b"y" * COMPACT_LIMIT
+    assert blpickle.load(stream) == "next"

@@ -248,3 +248,12 @@ def test_trailers_cost_a_multiple_of_their_size():
     assert decoded[0] == index
     with pytest.raises(blpickle.CorruptError, match="'later' is outside the signature"):
         fmt.FrameIndex.decode(data, nframes, authenticated=True)
+
+
+@pytest.mark.parametrize(
+    "data", [b"\xc1", b"\x81\xa7streams\xc1", b"\x81\xa8external\x92\x01\xc1", b"\x81\xa7options\xc1"]
+)
+def test_bad_msgpack_in_a_header_is_a_corrupt_error_naming_where(data):
+    with pytest.raises(blpickle.CorruptError, match="not valid msgpack within the limits") as raised:
+        fmt.Header.decode(data)
+    assert "header" in str(raised.value) and raised.value.__suppress_context__
