@@ -36,10 +36,7 @@ from .errors import BadMagicError, CorruptError, LimitError, LoadError, Unsuppor
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
 VERSION_MAJOR = 1
-VERSION_MINOR = 0
-#: The minor version that added the compact kind: compact records are marked 1.1, full records
-#: (which hold nothing a 1.0 reader does not know) 1.0.
-COMPACT_MINOR = 1
+VERSION_MINOR = 1
 
 PREAMBLE = struct.Struct("<8sBBHI")  # magic, major, minor, flags, header size
 U64 = struct.Struct("<Q")
@@ -53,7 +50,7 @@ FLAG_COMPACT = 2
 #: The bytes a compact record adds to its pickle: the preamble and the checksum.
 COMPACT_OVERHEAD = 16 + 8
 #: The preamble of every compact record up to its size field.
-_COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, COMPACT_MINOR, FLAG_COMPACT)
+_COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, VERSION_MINOR, FLAG_COMPACT)
 #: A compact record's preamble: that prefix and the pickle's size.
 _COMPACT_START = struct.Struct("<12sI")
 
