@@ -451,6 +451,7 @@ def dumps(
             if graph._packed is None and fits_compact(len(tail), 0, (), None) and not pickler._out_of_band.used():
                 record = fmt.encode_compact(tail)
                 pickler.clear_memo()
+                pickler._out_of_band.forget()  # the small arrays remembered as possible view bases
                 tail.clear()  # encode_compact copied it, and nothing else refers to it
             else:
                 record = pickler._full_record_bytes(obj)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import weakref
 
 import numpy as np
 import pandas as pd
@@ -139,6 +140,18 @@ def test_a_pickler_forgets_the_arrays_of_its_last_dump():
     np.testing.assert_array_equal(blpickle.load(out), x)
     np.testing.assert_array_equal(blpickle.load(out), x[2:4])
     assert blpickle.loads(blpickle.dumps(x[1:3])).base is not None  # and in blpickle.dumps
+
+
+def test_dumps_forgets_the_small_arrays_of_its_last_call():
+    x = SMALL.copy()
+    blpickle.dumps([x])  # a compact record: x went in band, remembered as a possible base
+    alive = weakref.ref(x)
+    view = x[::2]
+    loaded = blpickle.loads(blpickle.dumps(view))  # x is not in this record
+    assert loaded.flags.c_contiguous
+    np.testing.assert_array_equal(loaded, view)
+    del x, view
+    assert alive() is None  # dumps keeps nothing of what it dumped
 
 
 def test_views_of_memmaps_and_of_reloaded_arrays_are_views(tmp_path):
