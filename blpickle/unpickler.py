@@ -209,13 +209,24 @@ class Unpickler(pickle.Unpickler):
         except Exception as exc:
             if isinstance(graph, PickleFile) and graph.error is not None:  # lost by the unpickler
                 raise graph.error from None
-            if isinstance(exc, MemoryError):  # a size the pickle declares, wherever it was allocated
-                raise LimitError(f"the record's object graph declares more than can be allocated: {exc}") from exc
-            if self._policy is None and not isinstance(exc, _MALFORMED_PICKLE) and _raised_by_called_code(exc):
-                raise  # a class's __setstate__, a missing module: as pickle reports them
-            raise CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}") from exc
+            error = _graph_error(exc, self._policy is None and _raised_by_called_code(exc))
+            if error is exc:
+                raise
+            raise error from exc
         reader.finish()
         return obj
+
+
+def _graph_error(exc: Exception, by_called_code: bool) -> Exception:
+    """Return the error to report for ``exc``, raised while unpickling a record's object
+    graph: ``exc`` itself when code the unpickler called raised it (a class's
+    ``__setstate__``, a missing module: as pickle reports them), else a `LimitError` for a
+    size the pickle declares, a `CorruptError` for a malformed pickle."""
+    if isinstance(exc, MemoryError):  # a size the pickle declares, wherever it was allocated
+        return LimitError(f"the record's object graph declares more than can be allocated: {exc}")
+    if by_called_code and not isinstance(exc, _MALFORMED_PICKLE):
+        return exc
+    return CorruptError(f"the record's object graph is not a valid pickle: {type(exc).__name__}: {exc}")
 
 
 def _raised_by_called_code(exc: BaseException) -> bool:
@@ -400,13 +411,25 @@ _NOT_LOADED = object()
 def _load_compact(record: Any, fix_imports: bool, encoding: str, errors: str) -> Any:
     """Return the object of the compact record ``record`` holds from its start (bytes-like),
     once its checksum is right, unpickled with ``pickle.loads`` and the arguments of
-    ``pickle.Unpickler`` given; `_NOT_LOADED` for anything
-    else, or when unpickling fails: the caller then loads it as every record, to report the
-    error the same way."""
+    ``pickle.Unpickler`` given; `_NOT_LOADED` for anything else (the caller then reads it as
+    every record, to report what is wrong with it).
+
+    Raises:
+        what unpickling raises, as for every record (see `_graph_error`); the pickle's code
+        runs once.
+    """
     body = fmt.checked_compact_pickle(record)
-    if body is not None:
-        try:
-            return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=())
-        except Exception:
-            pass
-    return _NOT_LOADED
+    if body is None:
+        return _NOT_LOADED
+    try:
+        return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=())
+    except BlpickleError:
+        raise
+    except Exception as exc:
+        # raised by Python code the C unpickler called (a frame below this one), or by its
+        # find_class (imports leave no frame)
+        called = len(traceback.extract_tb(exc.__traceback__)) > 1 or isinstance(exc, (ImportError, AttributeError))
+        error = _graph_error(exc, called)
+        if error is exc:
+            raise
+        raise error from exc

@@ -148,7 +148,7 @@ def test_damaged_compact_records_raise_typed_errors():
             blpickle.loads(data[:cut])
     with pytest.raises(blpickle.CorruptError, match="compact records are never signed"):
         blpickle.loads(_compact(pickle.dumps(1), fmt.FLAG_COMPACT | fmt.FLAG_SIGNED))
-    with pytest.raises(blpickle.CorruptError, match="protocol 6"):
+    with pytest.raises(blpickle.CorruptError, match="protocol:? 6"):
         blpickle.loads(_compact(b"\x80\x06N."))
     buffered = pickle.dumps(pickle.PickleBuffer(b"abc"), protocol=5, buffer_callback=lambda b: False)
     for safe in (False, True):
@@ -164,6 +164,30 @@ def test_errors_of_code_the_pickle_calls_pass_through_as_for_full_records():
         blpickle.loads(missing)
     with pytest.raises(blpickle.UnsafeLoadError):
         blpickle.loads(missing, safe=True)
+
+
+CALLS: list[int] = []
+
+
+def _fail_once_called(value: int) -> None:
+    CALLS.append(value)
+    raise RuntimeError("refused by the class")
+
+
+class _FailsToLoad:
+    def __reduce__(self):
+        return _fail_once_called, (1,)
+
+
+def test_a_failing_compact_record_runs_its_code_once(tmp_path):
+    path = tmp_path / "x.blp"
+    blpickle.dump(_FailsToLoad(), path)
+    data = path.read_bytes()
+    for load in (lambda: blpickle.loads(data), lambda: blpickle.load(path), lambda: blpickle.load(io.BytesIO(data))):
+        CALLS.clear()
+        with pytest.raises(RuntimeError, match="refused by the class"):
+            load()
+        assert CALLS == [1]
 
 
 def test_a_1_0_reader_refuses_a_compact_pickle_as_a_header():
@@ -231,7 +255,7 @@ def test_a_compact_record_in_a_file_is_checked_as_in_memory(tmp_path):
     for cut in (10, 20, len(data) - 1):
         with pytest.raises(blpickle.TruncatedError):
             blpickle.load(io.BytesIO(data[:cut]))
-    with pytest.raises(blpickle.CorruptError, match="protocol 6"):
+    with pytest.raises(blpickle.CorruptError, match="protocol:? 6"):
         blpickle.load(io.BytesIO(_compact(b"\x80\x06N.")))
     missing = _compact(pickle.dumps(os.path.join, protocol=5).replace(b"posixpath", b"nosuchmod"))
     with pytest.raises(ModuleNotFoundError):
