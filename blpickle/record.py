@@ -19,10 +19,10 @@ import numpy as np
 
 from . import format as fmt
 from .chunks import unpack_chunk
-from .errors import ChecksumError, CorruptError, LimitError
+from .errors import BadMagicError, ChecksumError, CorruptError, LimitError, TruncatedError
 from .files import expand, is_path, naming_errors
 from .info import BufferInfo, RecordInfo, pickle_globals
-from .options import available_threads
+from .options import Options
 from .pool import map_ordered
 from .ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
 from .reader import RecordReader
@@ -85,14 +85,19 @@ def open(file: Any, *, nthreads: int | None = None) -> Record:
         blpickle.LoadError: for a damaged or truncated header or trailer.
         ValueError: for a file object that cannot seek.
     """
-    threads = nthreads or available_threads()
+    threads = Options(nthreads=nthreads).threads  # checks nthreads
     if is_url(file):
         return _open(UrlRanges(file), threads, file)
     if is_path(file):
         path = expand(file)
         with naming_errors(path):
             handle = builtins.open(path, "rb")  # noqa: SIM115 - the Record closes it
-            return _open(FileRanges(handle, owned=True), threads, path)
+            try:
+                ranges = FileRanges(handle, owned=True)
+            except BaseException:
+                handle.close()
+                raise
+            return _open(ranges, threads, path)
     if hasattr(file, "read"):
         return _open(FileRanges(file), threads, None)
     return _open(MemoryRanges(file), threads, None)
@@ -120,12 +125,18 @@ class Record:
 
     def __init__(self, ranges: Ranges, nthreads: int, where: str | None = None) -> None:
         self._ranges = ranges
+        self._closed = False
         self._nthreads = nthreads
         self._where = where
         # the head and the tail (header, trailer), fetched together: one request to a URL
         edge = min(ranges.size, _HEAD_READ)
         head, tail = ranges.read_many([(0, edge), (ranges.size - edge, edge)], "the header and the trailer")
         self._read_ahead = [(0, head), (ranges.size - edge, tail)]
+        magic = bytes(head[: len(fmt.MAGIC)])
+        if magic != fmt.MAGIC:
+            if fmt.MAGIC.startswith(magic):
+                raise TruncatedError("the magic", 0, len(fmt.MAGIC), len(magic))
+            raise BadMagicError(magic)
         header_size = fmt.PREAMBLE.unpack(head[: fmt.PREAMBLE.size])[-1] if len(head) >= fmt.PREAMBLE.size else 0
         fmt.check_header_size(header_size)
         self._data_start = fmt.PREAMBLE.size + header_size + fmt.U64.size
@@ -165,7 +176,9 @@ class Record:
         return f"<blpickle.Record{where}: {len(self.arrays)} buffers, {self.size} bytes>"
 
     def close(self) -> None:
-        """Close the file the record was opened from (when `open` opened it)."""
+        """Close the file the record was opened from (when `open` opened it); reading it
+        then raises ValueError."""
+        self._closed = True
         self._ranges.close()
 
     def __getitem__(self, key: str | int) -> np.ndarray:
@@ -356,6 +369,8 @@ class Record:
 
     def _read(self, number: int, start: int, stop: int) -> np.ndarray:
         """Return bytes ``start:stop`` of stream ``number``, decompressed (see `read_bytes`)."""
+        if self._closed:
+            raise ValueError("I/O operation on a closed record")
         info = self.header.streams[number]
         if not 0 <= start <= stop <= info.nbytes:
             raise IndexError(f"bytes {start}:{stop} are not within stream {number}'s {info.nbytes}")

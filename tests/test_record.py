@@ -237,8 +237,11 @@ def test_damaged_or_missing_trailer_and_header(record):
         blpickle.open(bytes(damaged))
     with pytest.raises(blpickle.TruncatedError):
         blpickle.open(record[: len(record) // 2])
-    with pytest.raises(blpickle.BadMagicError):
-        blpickle.open(pickle.dumps(list(range(100))))
+    for not_a_record in (pickle.dumps(list(range(100))), pickle.dumps({"a": 1}), b"hello", b"\x93NUMPY\x01\x00v\x00"):
+        with pytest.raises(blpickle.BadMagicError):
+            blpickle.open(not_a_record)
+    with pytest.raises(blpickle.TruncatedError):
+        blpickle.open(record[:5])
     with pytest.raises(blpickle.TruncatedError):
         blpickle.open(b"")
 
@@ -362,3 +365,15 @@ def test_a_signed_record_opens_and_its_load_checks_the_key():
         assert rec.load(key=b"k")["w"].shape == (50_000,)
         with pytest.raises(blpickle.SignatureError):
             rec.load(key=b"other")
+
+
+def test_a_closed_record_refuses_reads_and_open_checks_nthreads(tmp_path):
+    path = tmp_path / "x.blp"
+    blpickle.dump({"w": np.arange(100_000.0)}, path)
+    rec = blpickle.open(path)
+    rec.close()
+    with pytest.raises(ValueError, match="closed record"):
+        rec["w"]
+    for nthreads in (-1, 2.5, "2"):
+        with pytest.raises(blpickle.OptionsError):
+            blpickle.open(path, nthreads=nthreads)
