@@ -16,7 +16,7 @@ import blpickle
 from blpickle import format as fmt
 from blpickle.buffers import spread_sample
 from blpickle.chunks import compress_chunk
-from blpickle.policy import choose_codec
+from blpickle.policy import blosc2_cparams, choose_codec
 
 from .datasets import ENTROPIES, make_array, make_objects
 
@@ -32,14 +32,14 @@ def chunk(request: pytest.FixtureRequest) -> np.ndarray:
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])  # what codec "auto" chooses between
 def test_compress_chunk(benchmark, chunk: np.ndarray, codec: str) -> None:
-    cparams = blpickle.Options().blosc2_cparams(8, codec)
+    cparams = blosc2_cparams(blpickle.Options(), 8, codec)
     packed = benchmark(compress_chunk, chunk, cparams)
     assert blosc2.get_cbuffer_sizes(packed)[0] == chunk.nbytes
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
 def test_decompress_chunk(benchmark, chunk: np.ndarray, codec: str) -> None:
-    packed = compress_chunk(chunk, blpickle.Options().blosc2_cparams(8, codec))
+    packed = compress_chunk(chunk, blosc2_cparams(blpickle.Options(), 8, codec))
     out = np.empty_like(chunk)
     benchmark(blosc2.decompress2, packed, dst=out)
     assert np.array_equal(out, chunk)

@@ -71,12 +71,3 @@ __all__ = [
     "loads",
     "open",
 ]
-
-
-def __getattr__(name: str) -> object:
-    """``blpickle.multiprocessing``: the multiprocessing integration, imported on first use."""
-    if name == "multiprocessing":
-        from .integrations import multiprocessing
-
-        return multiprocessing
-    raise AttributeError(f"module 'blpickle' has no attribute {name!r}")

@@ -29,7 +29,7 @@ def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order:
             does not hold exactly ``prod(shape) * dtype.itemsize`` bytes.
     """
     # numpy checks the sizes (and refuses object dtypes) by itself, so the usual case runs no
-    # Python-level checks: a forest of 400 small arrays loads ~10% faster.
+    # Python-level checks: it is paid once per array, and records may hold many small ones.
     if isinstance(dtype, np.dtype) and order in ("C", "F"):
         try:
             array = np.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if order == "F" else "C")

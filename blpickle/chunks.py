@@ -32,8 +32,8 @@ def compress_chunk(data: Any, cparams: Mapping[str, Any]) -> bytes:
     An explicit block size larger than the data shrinks to the data's whole elements: with a
     block larger than the data, or not a multiple of the element size, Blosc2 writes chunks
     that decompress wrong, without an error (``tests/test_options.py`` holds it to this).
-    Data that ends in a partial element is compressed without bytedelta, which older Blosc2
-    releases apply wrongly to that partial element.
+    Data that ends in a partial element is compressed without bytedelta, which some Blosc2
+    releases the dependency floor allows apply wrongly to that partial element.
 
     Raises:
         DumpError: when Blosc2 cannot compress it.

@@ -116,18 +116,6 @@ class Options:
         """The number of threads to use: ``nthreads``, or every available CPU."""
         return self.nthreads or available_threads()
 
-    def chunk_size_for(self, nbytes: int, multiple: int = 1) -> int:
-        """`blpickle.policy.chunk_size_for` with these options."""
-        from .policy import chunk_size_for
-
-        return chunk_size_for(self, nbytes, multiple)
-
-    def blosc2_cparams(self, typesize: int, codec: str | None = None) -> dict[str, Any]:
-        """`blpickle.policy.blosc2_cparams` with these options."""
-        from .policy import blosc2_cparams
-
-        return blosc2_cparams(self, typesize, codec)
-
 
 #: Named options: "default" (zstd or lz4 per buffer), "fast" (lz4), "balanced" (zstd level 1),
 #: "dense" (zstd level 5 with shuffle, the codec, level and filters of ``blosc2.save_tensor``'s

@@ -30,7 +30,6 @@ __all__ = [
     "chunk_size_for",
     "fits_compact",
     "pick_filters",
-    "pick_typesize",
     "plan_buffer",
     "plan_graph",
     "plan_raw",
@@ -274,12 +273,6 @@ def pick_filters(chunk: Any, options: Options, alternatives: Sequence[Options] =
         if saved > best_size * (1 - ALTERNATIVE_GAIN) and saved > memoryview(sample).nbytes * ALTERNATIVE_SAVING:
             best, best_size = candidate, candidate_size
     return best, typesize
-
-
-def pick_typesize(chunk: Any, options: Options) -> int:
-    """Return the element size of `STREAM_TYPESIZES` that compresses a sample of ``chunk``
-    best with ``options`` (see `pick_filters`)."""
-    return pick_filters(chunk, options)[1]
 
 
 def plan_stream_chunk(chunk: Any, options: Options, alternatives: Sequence[Options] = ()) -> ChunkPlan:

@@ -104,7 +104,11 @@ class Pickled:
 
 class CountingWriter:
     """A binary file wrapper that writes everything it is given (looping over short writes
-    of raw streams) and counts the bytes written since it was created, in ``pos``."""
+    of raw streams) and counts the bytes written since it was created, in ``pos``.
+
+    Raises:
+        DumpError: from `write`, when the file stops taking bytes midway.
+    """
 
     def __init__(self, file: BinaryIO) -> None:
         self._write = file.write
@@ -117,7 +121,9 @@ class CountingWriter:
         while written is not None and written < size:
             rest = memoryview(data).cast("B")[written:]
             more = self._write(rest)
-            written += more or 0
+            if not more:  # 0, or None from a non-blocking stream that would block
+                raise DumpError(f"the file took {written} of {size} bytes and then no more")
+            written += more
         self.pos += size
 
 

@@ -76,9 +76,9 @@ def test_transfers_go_raw_when_compression_does_not_pay():
 
 def test_stream_chunks_find_their_element_size():
     int16 = (np.arange(1 << 18) % 300).astype(np.int16)
-    assert policy.pick_typesize(int16.view(np.uint8).data, Options()) == 2
-    assert policy.pick_typesize(RAMP.view(np.uint8).data, Options()) == 8
-    assert policy.pick_typesize(RAMP.view(np.uint8).data, Options(shuffle="noshuffle")) == 1
+    assert policy.pick_filters(int16.view(np.uint8).data, Options())[1] == 2
+    assert policy.pick_filters(RAMP.view(np.uint8).data, Options())[1] == 8
+    assert policy.pick_filters(RAMP.view(np.uint8).data, Options(shuffle="noshuffle"))[1] == 1
     plan = policy.plan_stream_chunk(int16.view(np.uint8).data, Options(codec="zstd"))
     assert (plan.codec, plan.typesize, plan.chunk_size) == ("zstd", 2, int16.nbytes)
     packed = chunks.compress_chunk(int16.view(np.uint8).data, plan.cparams)

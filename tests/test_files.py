@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import os
 import stat
@@ -254,3 +255,23 @@ def test_temporary_files_of_dead_writers_are_removed(tmp_path):
             assert _same(blpickle.load(path))
         finally:
             alive.kill()
+
+
+class _StallingFile(io.RawIOBase):
+    """A raw stream that takes 10 bytes, then none."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: object) -> int:
+        size = min(10, memoryview(data).nbytes) if self.taken == 0 else 0
+        self.taken += size
+        return size
+
+
+def test_a_file_that_stops_taking_bytes_fails_the_dump():
+    with pytest.raises(blpickle.DumpError, match="no more"):
+        blpickle.dump({"a": 1}, _StallingFile())

@@ -437,8 +437,8 @@ def test_the_element_size_is_recovered_from_the_bytes(dtype, expected):
     else:
         array = _signal(dtype, 1 << 18)
     options = blpickle.Options()
-    assert policy.pick_typesize(array.view(np.uint8), options) == expected
-    assert policy.pick_typesize(array.view(np.uint8), options.replace(shuffle="noshuffle")) == 1
+    assert policy.pick_filters(array.view(np.uint8), options)[1] == expected
+    assert policy.pick_filters(array.view(np.uint8), options.replace(shuffle="noshuffle"))[1] == 1
     stream = _stream(array.tobytes(), try_bitshuffle=False, chunk_size=1 << 16)
     frames = _frames(stream)
     assert len(frames) == array.nbytes // (1 << 16)
