@@ -157,6 +157,25 @@ def test_a_joblib_memory_store_at_a_url(base):
     assert memory.store_backend.get_items() == []
 
 
+def test_the_url_store_reports_missing_and_damaged_results_as_joblib_expects(base):
+    pytest.importorskip("joblib")
+    from blpickle.integrations import fsspec_store
+    from blpickle.integrations.joblib import CorruptItemError
+
+    store = fsspec_store.FsspecStoreBackend()
+    store.configure(f"{base}/store", verbose=0)
+    with pytest.raises(KeyError):
+        store.load_item(["f", "0" * 32])
+    store.dump_item(["f", "1" * 32], {"a": np.arange(100_000.0)}, verbose=0)
+    path = f"{base}/store/f/{'1' * 32}/output.pkl"
+    fs, inner = fsspec_store.filesystem(path)
+    data = bytearray(fs.cat_file(inner))
+    data[len(data) // 2] ^= 0xFF
+    fs.pipe_file(inner, bytes(data))
+    with pytest.raises(CorruptItemError):
+        store.load_item(["f", "1" * 32])
+
+
 def test_the_url_store_refuses_joblib_compression_and_memory_maps():
     joblib = pytest.importorskip("joblib")
     from blpickle.integrations import fsspec_store

@@ -24,12 +24,12 @@ from typing import Any
 
 import joblib
 
-from ..errors import OptionsError
+from ..errors import LoadError, OptionsError
 from ..options import Options, resolve_options
 from ..pickler import dump
 from ..remote import filesystem
 from ..unpickler import load
-from .joblib_store import FileSystemStoreBackend, warning_on_failure
+from .joblib_store import CorruptItemError, FileSystemStoreBackend, warning_on_failure
 
 __all__ = ["BACKEND_NAME", "FsspecStoreBackend", "register"]
 
@@ -118,13 +118,18 @@ class FsspecStoreBackend(FileSystemStoreBackend):
         """Read a result with `blpickle.load`.
 
         Raises:
-            KeyError: when the result is not in the store.
-            blpickle.LoadError: when the stored result is damaged or truncated.
+            KeyError: when the result is not in the store (joblib then computes it again).
+            CorruptItemError: when the stored result is damaged or truncated.
         """
         filename = "/".join([self.location, *call_id, "output.pkl"])
-        if not self._item_exists(filename):
-            raise KeyError(f"Non-existing item (may have been cleared).\nFile {filename} does not exist")
-        return load(filename, nthreads=self.options.nthreads)
+        if verbose > 1:
+            print(f"Loading {filename}")
+        try:
+            return load(filename, nthreads=self.options.nthreads)
+        except FileNotFoundError:
+            raise KeyError(f"Non-existing item (may have been cleared).\nFile {filename} does not exist") from None
+        except LoadError as exc:
+            raise CorruptItemError(f"the cached result {filename} is damaged: {exc}") from exc
 
 
 def _modified(info: dict[str, Any]) -> float:
