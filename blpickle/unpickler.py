@@ -411,12 +411,12 @@ _NOT_LOADED = object()
 def _load_compact(record: Any, fix_imports: bool, encoding: str, errors: str) -> Any:
     """Return the object of the compact record ``record`` holds from its start (bytes-like),
     once its checksum is right, unpickled with ``pickle.loads`` and the arguments of
-    ``pickle.Unpickler`` given; `_NOT_LOADED` for anything else (the caller then reads it as
-    every record, to report what is wrong with it).
+    ``pickle.Unpickler`` given; `_NOT_LOADED` for anything else, a malformed pickle included
+    (the caller then reads it as every record, to report what is wrong with it).
 
     Raises:
-        what unpickling raises, as for every record (see `_graph_error`); the pickle's code
-        runs once.
+        what Python code the pickle calls raises, as for every record (see `_graph_error`),
+        without running it a second time.
     """
     body = fmt.checked_compact_pickle(record)
     if body is None:
@@ -426,10 +426,11 @@ def _load_compact(record: Any, fix_imports: bool, encoding: str, errors: str) ->
     except BlpickleError:
         raise
     except Exception as exc:
-        # raised by Python code the C unpickler called (a frame below this one), or by its
-        # find_class (imports leave no frame)
-        called = len(traceback.extract_tb(exc.__traceback__)) > 1 or isinstance(exc, (ImportError, AttributeError))
-        error = _graph_error(exc, called)
-        if error is exc:
-            raise
-        raise error from exc
+        if len(traceback.extract_tb(exc.__traceback__)) > 1:  # raised by Python code the pickle called
+            error = _graph_error(exc, True)
+            if error is exc:
+                raise
+            raise error from exc
+    # raised by the unpickler itself: a malformed pickle, which the record reader refuses
+    # with the reason (sizes past its end before they are allocated)
+    return _NOT_LOADED

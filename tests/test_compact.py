@@ -148,7 +148,7 @@ def test_damaged_compact_records_raise_typed_errors():
             blpickle.loads(data[:cut])
     with pytest.raises(blpickle.CorruptError, match="compact records are never signed"):
         blpickle.loads(_compact(pickle.dumps(1), fmt.FLAG_COMPACT | fmt.FLAG_SIGNED))
-    with pytest.raises(blpickle.CorruptError, match=r"protocol:? 6"):
+    with pytest.raises(blpickle.CorruptError, match="protocol 6"):
         blpickle.loads(_compact(b"\x80\x06N."))
     buffered = pickle.dumps(pickle.PickleBuffer(b"abc"), protocol=5, buffer_callback=lambda b: False)
     for safe in (False, True):
@@ -255,7 +255,7 @@ def test_a_compact_record_in_a_file_is_checked_as_in_memory(tmp_path):
     for cut in (10, 20, len(data) - 1):
         with pytest.raises(blpickle.TruncatedError):
             blpickle.load(io.BytesIO(data[:cut]))
-    with pytest.raises(blpickle.CorruptError, match=r"protocol:? 6"):
+    with pytest.raises(blpickle.CorruptError, match="protocol 6"):
         blpickle.load(io.BytesIO(_compact(b"\x80\x06N.")))
     missing = _compact(pickle.dumps(os.path.join, protocol=5).replace(b"posixpath", b"nosuchmod"))
     with pytest.raises(ModuleNotFoundError):
