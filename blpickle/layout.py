@@ -2,9 +2,9 @@
 the spliced payloads go.
 
 One parser, `Layout`, decides this, and both readers of the pickle stream follow it:
-loading (`PickleFile`, which serves the unpickler) and inspecting
-(`blpickle.info.pickle_globals`, through `tokens`). So a record whose splices
-are not where the parser puts them is refused by both, and both see the same opcodes.
+loading (`PickleFile`, which serves the unpickler) and inspecting (`blpickle.scan`, which
+drives it as it reads the stream chunk by chunk). So a record whose splices are not where
+the parser puts them is refused by both, and both see the same opcodes.
 
 At protocol 4 and up the C pickler writes PROTO, then FRAMEs, and writes each large bytes,
 bytearray or str payload outside the frames (the opcode and its size, then the payload); a

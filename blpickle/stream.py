@@ -672,6 +672,41 @@ class RecordReader:
         pool = _pool(self._nthreads)
         return _decompressed(chunks, [None, *(pool.submit(unpack_chunk, *chunk) for chunk in chunks[1:])])
 
+    def read_pieces(self) -> Iterator[memoryview]:
+        """Read the pickle stream (call it first) a piece at a time, without holding it:
+        yield its decompressed chunks in order, each in one buffer that the next reuses (a
+        raw stream: pieces of up to ``_RAW_READ_SIZE`` bytes, its checksum checked after the
+        last one).
+
+        A chunk is checked before it is decompressed, and no more is decompressed than
+        ``MAX_GRAPH_RATIO`` times the bytes stored so far: frames are read ahead (kept as
+        stored) while the next chunk would pass that, and a stream whose whole passes it
+        raises the `LimitError` that `read_stream` raises, once its frames are read.
+
+        Raises:
+            LoadError subclasses when a frame is damaged, truncated or inconsistent.
+        """
+        number, info = self._next()
+        if info.raw:
+            if info.nbytes:
+                yield from self._raw_pieces(*self._raw_prologue(info, number), info.nbytes, None, number)
+            return
+        ahead: deque[tuple] = deque()
+        buffer = None
+        stored = decompressed = 0
+        for frame in self._read_frames(info, number, None):
+            ahead.append(frame)
+            stored += len(frame[0])
+            while ahead and decompressed + ahead[0][3] <= stored * fmt.MAX_GRAPH_RATIO:
+                packed, checksum, seed, nbytes, _, what, offset = ahead.popleft()
+                if buffer is None:
+                    buffer = memoryview(_allocate(min(info.chunk_size, info.nbytes), number))
+                unpack_chunk(packed, checksum, seed, nbytes, buffer[:nbytes], what, offset)
+                decompressed += nbytes
+                yield buffer[:nbytes]
+        if ahead:
+            raise _ratio_error(info.nbytes, stored)
+
     def skip_stream(self) -> None:
         """Read the next stream and check its checksums, without decompressing it."""
         number, info = self._next()
@@ -782,10 +817,7 @@ class RecordReader:
         frames = list(self._read_frames(info, 0, None))
         stored = sum(len(packed) for packed, *_ in frames)
         if info.nbytes > stored * fmt.MAX_GRAPH_RATIO:
-            raise LimitError(
-                f"the pickle stream declares {info.nbytes} bytes stored in {stored}: "
-                f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
-            )
+            raise _ratio_error(info.nbytes, stored)
         out = _allocate(info.nbytes, 0)
         view = memoryview(out)
         spans = zip(frames, info.chunk_spans(), strict=True)
@@ -817,6 +849,24 @@ class RecordReader:
         source = self._source
         if not info.nbytes:
             return np.empty(0, dtype=np.uint8) if into is None else into
+        what, offset = self._raw_prologue(info, number)
+        out = source.map(info.nbytes, what) if mappable else None
+        if out is not None:
+            self.index.add(offset, info.nbytes, fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0])
+            return out
+        out = into if into is not None else _allocate(info.nbytes, number) if keep else None
+        for _ in self._raw_pieces(what, offset, info.nbytes, out, number):
+            pass
+        return out
+
+    def _raw_prologue(self, info: fmt.StreamInfo, number: int) -> tuple[str, int]:
+        """Read the padding and size field of a raw stream's frame; return its name and offset.
+
+        Raises:
+            CorruptError, TruncatedError: for padding that is not zero, a size that is not
+                the header's, or more than the file holds (before anything is allocated).
+        """
+        source = self._source
         what = self._frame_name(number, 0)
         padding = source.read(fmt.raw_padding(source.pos), f"the padding before {what}")
         if any(padding):
@@ -826,33 +876,40 @@ class RecordReader:
         if size != info.nbytes:
             raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
         end = source.size()
-        if end is not None and size > end - source.pos:  # before allocating for it
+        if end is not None and size > end - source.pos:
             raise TruncatedError(what, source.pos, size, end - source.pos)
+        return what, offset
+
+    def _raw_pieces(
+        self, what: str, offset: int, size: int, out: np.ndarray | memoryview | None, number: int
+    ) -> Iterator[memoryview]:
+        """Read a raw frame's ``size`` bytes into ``out`` (or, if None, into one reused buffer
+        of at most ``_RAW_READ_SIZE`` bytes), yielding each piece as it is read; then check
+        the frame's checksum.
+
+        Raises:
+            TruncatedError, ChecksumError: after the last piece, for a damaged frame.
+        """
+        source = self._source
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
         signer = hashlib.blake2b(digest_size=32) if self._key is not None else None
-        out = source.map(size, what) if mappable else None
-        computed = None
-        if out is None:
-            out = into if into is not None else _allocate(size if keep else min(size, _RAW_READ_SIZE), number)
-            hasher = xxhash.xxh3_64(seed=seed)
-            for start in range(0, size, _RAW_READ_SIZE):
-                piece = (
-                    memoryview(out).cast("B")[start : start + _RAW_READ_SIZE]
-                    if keep
-                    else memoryview(out)[: min(_RAW_READ_SIZE, size - start)]
-                )
-                source.readinto(piece, what)
-                hasher.update(piece)
-                if signer is not None:
-                    signer.update(piece)
-            computed = hasher.intdigest()
+        hasher = xxhash.xxh3_64(seed=seed)
+        whole = None if out is None else memoryview(out).cast("B")
+        scratch = _allocate(min(size, _RAW_READ_SIZE), number) if whole is None else None
+        for start in range(0, size, _RAW_READ_SIZE):
+            count = min(_RAW_READ_SIZE, size - start)
+            piece = whole[start : start + count] if whole is not None else memoryview(scratch)[:count]
+            source.readinto(piece, what)
+            hasher.update(piece)
+            if signer is not None:
+                signer.update(piece)
+            yield piece
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
-        if computed is not None and stored != computed:
-            raise ChecksumError(what, offset, stored, computed)
+        if stored != hasher.intdigest():
+            raise ChecksumError(what, offset, stored, hasher.intdigest())
         if signer is not None:
             self._digests.append(signer.digest())
-        return out
 
 
 def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
@@ -869,6 +926,13 @@ def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None
         else:
             future.result()
         yield chunk[4]
+
+
+def _ratio_error(nbytes: int, stored: int) -> LimitError:
+    return LimitError(
+        f"the pickle stream declares {nbytes} bytes stored in {stored}: "
+        f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
+    )
 
 
 def _allocate(nbytes: int, number: int) -> np.ndarray:

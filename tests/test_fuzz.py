@@ -13,10 +13,12 @@ import copy
 import pickle
 import re
 
+import bombs
 import fuzz
 import numpy as np
 import pytest
 import records
+from bombs import peak_allocated
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -174,11 +176,14 @@ def test_structure_aware_fuzzer():
     assert not report.failures, report.summary()
 
 
-def record_of(pickled: bytes, protocol: int = 5, **options) -> bytes:
-    """Return a record, every checksum right, whose object graph's pickle is ``pickled``."""
+def record_of(pickled: bytes, protocol: int = 5, chunk_size: int | None = None, **options) -> bytes:
+    """Return a record, every checksum right, whose object graph's pickle is ``pickled``
+    (in chunks of ``chunk_size``, if given)."""
     kind = fuzz.Kind("test", False, None, {"protocol": protocol, **options})
     case = fuzz.Case.from_record(kind, blpickle.dumps(None, protocol, **options))
     case.streams[0].data, case.streams[0].dirty = pickled, True
+    if chunk_size is not None:
+        case.streams[0].chunk_size = case.parts.header["streams"][0]["chunk_size"] = chunk_size
     case.encode_frames()
     return case.to_bytes()
 
@@ -261,3 +266,96 @@ def test_a_signature_that_is_not_64_hex_digits_is_corrupt(signature):
         blpickle.loads(forged, key=b"k")
     with pytest.raises(blpickle.CorruptError, match=message):
         blpickle.inspect(forged, key=b"k")
+
+
+# Found by the fuzzer (seed 1): inspect, info and verify held the whole pickle stream (up to
+# 512 MiB, a few times over). They hold one decompressed chunk at a time now.
+
+
+@pytest.mark.parametrize("case", [8, 1882])
+@pytest.mark.parametrize("verify", [True, False])
+def test_inspect_holds_one_chunk_of_a_large_pickle_stream(case, verify):
+    fuzzed, data = fuzz.make_case(1, case)
+    stream = fuzzed.parts.header["streams"][0]
+    assert stream["nbytes"] >= 64 << 20  # the pickle, then zeros
+    chunk = min(stream["chunk_size"], stream["nbytes"])
+    peak = peak_allocated(lambda: blpickle.inspect(data, verify=verify))
+    assert peak < chunk + (4 << 20)
+
+
+def test_data_inside_the_frames_is_read_past_not_held():
+    """A 64 MiB bytes literal inside a frame (an attacker's pickle: the pickler puts large
+    payloads outside the frames) streams by the scanner in 1 MiB chunks."""
+    body = _short_str(b"os") + _short_str(b"getpid") + b"\x93" + b"\x8e" + (64 << 20).to_bytes(8, "little")
+    body += bytes(64 << 20) + b"0."
+    pickled = b"\x80\x05\x95" + len(body).to_bytes(8, "little") + body
+    record = record_of(pickled, chunk_size=1 << 20)
+    found = []
+    peak = peak_allocated(lambda: found.append(blpickle.inspect(record).globals))
+    assert found == [("os.getpid",)]
+    assert peak < 8 << 20
+
+
+def _short_str(text: bytes) -> bytes:
+    return b"\x8c" + bytes([len(text)]) + text
+
+
+def test_a_damaged_raw_pickle_stream_reports_its_checksum_before_its_opcodes():
+    """A raw stream's checksum comes after its last piece: the opcodes the damage made
+    are not what is reported."""
+    record = blpickle.dumps({"a": 1}, codec=None)
+    stream = records.split(record).payloads[0]
+    at = record.index(stream) + 2  # the first opcode after PROTO
+    damaged = record[:at] + b"\xff" + record[at + 1 :]
+    with pytest.raises(blpickle.ChecksumError, match="chunk 0 of the pickle stream"):
+        blpickle.inspect(damaged)
+    with pytest.raises(blpickle.ChecksumError, match="chunk 0 of the pickle stream"):
+        blpickle.loads(damaged)
+
+
+def _zeros_first(pickled: bytes, zeros: int, noise: bool) -> bytes:
+    """A record whose pickle stream is ``pickled`` (in one 4 MiB chunk, zero-padded), then
+    ``zeros`` chunks of 4 MiB of zeros stored in 32 bytes each, then (with ``noise``) a
+    chunk of 4 MiB of random bytes."""
+    chunk = 4 << 20
+    kind = fuzz.Kind("test", False, None, {})
+    case = fuzz.Case.from_record(kind, blpickle.dumps(None))
+    stream = pickled.ljust(chunk, b"\0") + (np.random.default_rng(0).bytes(chunk) if noise else b"")
+    case.streams[0].data, case.streams[0].dirty = stream, True
+    case.streams[0].chunk_size = case.parts.header["streams"][0]["chunk_size"] = chunk
+    case.encode_frames()
+    case.frames[1:1] = [(bombs.zeros_chunk(chunk), False)] * zeros
+    case.parts.header["streams"][0]["nbytes"] = len(stream) + chunk * zeros
+    return case.to_bytes()
+
+
+def test_inspect_decompresses_at_most_the_ratio_limit_of_what_it_has_read():
+    """Chunks of zeros that pass MAX_GRAPH_RATIO only with the chunks after them are read
+    ahead, not decompressed; a stream whose whole passes it is refused as load refuses it."""
+    data = _zeros_first(b"\x80\x05N.", 40, noise=True)
+    assert blpickle.loads(data) is None
+    assert blpickle.inspect(data).globals == ()
+    assert peak_allocated(lambda: blpickle.inspect(data)) < (4 << 20) + (1 << 20)
+    bomb = _zeros_first(b"\x80\x05N.", 4000, noise=False)
+    with pytest.raises(blpickle.LimitError, match="times its stored size"):
+        blpickle.loads(bomb)
+    with pytest.raises(blpickle.LimitError, match="times its stored size"):
+        blpickle.inspect(bomb)
+    assert peak_allocated(lambda: _refused(bomb)) < (4 << 20) + (1 << 20)
+
+
+def _refused(record: bytes) -> None:
+    with pytest.raises(blpickle.LimitError):
+        blpickle.inspect(record)
+
+
+@pytest.mark.parametrize("index", [2**25, 2**32 - 1])
+def test_a_memo_index_far_out_costs_nothing_in_restricted_loads_and_inspect(index):
+    """CPython's unpickler sizes its memo by the largest index (``LONG_BINPUT`` 2**25 is
+    256 MiB: pickle's own behaviour, in unrestricted loads); the restricted one and inspect
+    keep a dict."""
+    record = record_of(b"\x80\x05K\x07r" + index.to_bytes(4, "little") + b"0j" + index.to_bytes(4, "little") + b".")
+    loaded = []
+    assert peak_allocated(lambda: loaded.append(blpickle.loads(record, safe=True))) < 1 << 20
+    assert loaded == [7]
+    assert peak_allocated(lambda: blpickle.inspect(record)) < 1 << 20
