@@ -170,10 +170,24 @@ def test_the_fuzzed_records_are_valid_to_start_with():
 def test_structure_aware_fuzzer():
     """A short profile of the structure-aware fuzzer: mutated records with every checksum
     recomputed raise only LoadErrors, never crash, hang or use memory without bound."""
-    report = fuzz.run(cases=40, seed=2026)
-    assert report.cases == 40
-    assert not report.crashes and not report.hangs, report.summary()
-    assert not report.failures, report.summary()
+    report = fuzz.run(cases=1000, seed=2026)
+    assert report.cases == 1000
+    assert report.guaranteed_held, report.summary()
+    assert set(report.peaks) >= {"loads", "loads(safe=True)", "inspect", "inspect(verify=False)", "cli info"}
+
+
+def test_the_fuzz_report_keeps_pickles_own_unsafety_apart():
+    """Crashes, hangs and failures of unrestricted loads are listed, not failures."""
+    failure = fuzz.Failure(3, "default", "loads", "MemoryBound: the peak RSS grew by 300 MiB", [])
+    report = fuzz.Report(
+        cases=5, failures=[failure], crashes=["4: loads (-11)"], hangs=["5: loads(key=..., signed by the attacker)"]
+    )
+    assert report.guaranteed_held
+    assert report.of_class(True) == ([failure], ["4: loads (-11)"], ["5: loads(key=..., signed by the attacker)"])
+    report.crashes.append("6: loads(safe=True) (-11)")
+    assert not report.guaranteed_held
+    assert report.of_class(False) == ([], ["6: loads(safe=True) (-11)"], [])
+    assert "guaranteed (" in report.summary() and "1 crashes, 0 hangs, 0 failures" in report.summary()
 
 
 def record_of(pickled: bytes, protocol: int = 5, chunk_size: int | None = None, **options) -> bytes:
