@@ -315,8 +315,9 @@ class PickleFile(io.RawIOBase):
 def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
     """Return the pickle stream of the record ``reader`` stands at, as a file for the
     unpickler: a `PickleFile` from protocol 4 on (read a frame at a time, as the
-    chunks are decompressed), else the whole stream in memory (the unpickler reads an
-    unframed pickle an opcode at a time).
+    chunks are decompressed), else the whole stream in a BytesIO (the unpickler reads an
+    unframed pickle an opcode at a time), decompressed into the BytesIO's own buffer (a raw
+    stream: written to it in pieces), so that the stream is held once.
 
     Raises:
         CorruptError: for splices in a protocol 0-3 record.
@@ -326,4 +327,19 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
     if header.protocol >= 4:
         return PickleFile(reader.read_chunks(), reader)
     Layout(header.protocol, splices_of(header), header.streams[0].nbytes)
-    return io.BytesIO(reader.read_stream())
+    file = io.BytesIO()
+
+    def allocate(nbytes: int) -> memoryview:
+        if nbytes:
+            file.seek(nbytes - 1)
+            file.write(b"\0")
+        return file.getbuffer()
+
+    if header.streams[0].raw:
+        for piece in reader.read_pieces():
+            file.write(piece)
+    else:
+        for _ in reader.read_chunks(allocate):
+            pass
+    file.seek(0)
+    return file

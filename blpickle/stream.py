@@ -651,12 +651,14 @@ class RecordReader:
         self._run(info, frames)
         return out
 
-    def read_chunks(self) -> Iterator[memoryview]:
+    def read_chunks(self, allocate: Callable[[int], Any] | None = None) -> Iterator[memoryview]:
         """Read the pickle stream's frames (call it first) and start decompressing all but
         the first in the pool; return an iterator over its decompressed chunks, in order, so
         that unpickling can start with the first chunk while the others decompress. The first one is
         decompressed by the iterator itself (its caller would only wait for the pool). (A raw
-        pickle stream comes whole, as from `read_stream`.)
+        pickle stream comes whole, as from `read_stream`.) ``allocate(nbytes)`` returns the
+        writable buffer the stream is decompressed to, once its size is checked (default: a new
+        array).
 
         Raises:
             LoadError subclasses when a frame is damaged, truncated or inconsistent (for a
@@ -666,7 +668,7 @@ class RecordReader:
         if info.raw:
             return iter([memoryview(self.read_stream()).cast("B")])
         self._next()
-        _, chunks = self._read_graph(info)
+        _, chunks = self._read_graph(info, allocate)
         if self._nthreads == 1 or len(chunks) == 1:
             return _decompressed(chunks)
         pool = _pool(self._nthreads)
@@ -806,7 +808,9 @@ class RecordReader:
             if sign:
                 self._digests.append(digest)
 
-    def _read_graph(self, info: fmt.StreamInfo) -> tuple[np.ndarray, list[tuple]]:
+    def _read_graph(
+        self, info: fmt.StreamInfo, allocate: Callable[[int], Any] | None = None
+    ) -> tuple[np.ndarray, list[tuple]]:
         """Read every frame of the compressed pickle stream, then allocate where it
         decompresses to; return that and the frames (`unpack_chunk` arguments).
 
@@ -818,8 +822,8 @@ class RecordReader:
         stored = sum(len(packed) for packed, *_ in frames)
         if info.nbytes > stored * fmt.MAX_GRAPH_RATIO:
             raise _ratio_error(info.nbytes, stored)
-        out = _allocate(info.nbytes, 0)
-        view = memoryview(out)
+        out = _allocate(info.nbytes, 0, allocate)
+        view = memoryview(out).cast("B")
         spans = zip(frames, info.chunk_spans(), strict=True)
         return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in spans]
 
@@ -935,10 +939,11 @@ def _ratio_error(nbytes: int, stored: int) -> LimitError:
     )
 
 
-def _allocate(nbytes: int, number: int) -> np.ndarray:
-    """Return an uninitialised writable buffer for stream ``number`` (no zero-fill)."""
+def _allocate(nbytes: int, number: int, allocate: Callable[[int], Any] | None = None) -> Any:
+    """Return a writable buffer for stream ``number``: ``allocate(nbytes)``, by default an
+    uninitialised array (no zero-fill)."""
     try:
-        return np.empty(nbytes, dtype=np.uint8)
+        return np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
     except MemoryError:
         raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
 

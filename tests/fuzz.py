@@ -673,7 +673,7 @@ def memory_bound(case: Case, target: str) -> int:
         return MEMORY_BOUND + sum(len(s.data) for s in case.streams)
     try:
         info = case.parts.header["streams"][0]
-        return MEMORY_BOUND + min(int(info["chunk_size"]), int(info["nbytes"]), fmt.MAX_CHUNK_SIZE)
+        return MEMORY_BOUND + max(0, min(int(info["chunk_size"]), int(info["nbytes"]), fmt.MAX_CHUNK_SIZE))
     except (KeyError, IndexError, TypeError, ValueError):  # a mutated header: read no further than it
         return MEMORY_BOUND
 
