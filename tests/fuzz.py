@@ -15,8 +15,10 @@ The targets fall in two classes, reported apart:
   blpickle promises to be safe on any input: a case fails when one of them raises an
   exception outside blpickle's tree (:class:`blpickle.LoadError`), crashes the process,
   runs longer than :data:`TIME_BOUND`, raises the process's peak RSS more than its memory
-  bound (:func:`memory_bound`), or when ``loads(key=...)`` accepts a record altered without
-  the key.
+  bound (:func:`memory_bound`), when ``loads(key=...)`` accepts a record altered without
+  the key, or when the unrestricted ``loads`` imports a global that ``inspect`` (which
+  succeeded on the same record) did not list, while it listed no ``<computed>`` one: what
+  inspect reports must be what load runs.
 - **unrestricted**: ``loads``, and ``loads(key=...)`` of a record the attacker signed with
   the key, run whatever the attacker's pickle names, as ``pickle.loads`` does, which is
   documented as unsafe on untrusted data (numpy's ``__setstate__`` can crash on crafted
@@ -685,9 +687,11 @@ def run_case(
     return its failures and the growth of the peak RSS each target caused."""
     failures, peaks = [], {}
     failed = functools.partial(Failure, case.number, case.kind.name, mutations=case.log)
+    listed: tuple[str, ...] | None = None  # what inspect listed
     for name, target, allowed in _targets(path, case.kind.signed, case.has_key):
         if starting is not None:
             starting(name)
+        IMPORTED.clear()
         before = _reset_peak_rss()
         try:
             result = target(data)
@@ -704,7 +708,34 @@ def run_case(
             failures.append(failed(name, f"MemoryBound: the peak RSS grew by {grown >> 20} MiB"))
         if name == "loads(key=...)" and result is not None and _altered(case, data):
             failures.append(failed(name, "Forgery: a record altered without the key loaded"))
+        if name == "inspect" and result is not None:
+            listed = result.globals
+        if name == "loads" and listed is not None and _unlisted(IMPORTED, listed):
+            error = f"Unlisted: loads imported {_unlisted(IMPORTED, listed)[:3]}, inspect listed {list(listed)[:5]}"
+            failures.append(failed("inspect", error[:300]))
     return failures, peaks
+
+
+#: ``module.name`` of every global the unpickler asked `blpickle.Unpickler.find_class` for
+#: (recorded by `record_imports`).
+IMPORTED: list[str] = []
+_FIND_CLASS = blpickle.Unpickler.find_class
+
+
+def record_imports() -> None:
+    """Record in `IMPORTED` every global an unrestricted load imports (in this process)."""
+
+    def find_class(self: blpickle.Unpickler, module: str, name: str) -> Any:
+        IMPORTED.append(f"{module}.{name}")
+        return _FIND_CLASS(self, module, name)
+
+    blpickle.Unpickler.find_class = find_class  # type: ignore[method-assign]
+
+
+def _unlisted(imported: list[str], listed: tuple[str, ...]) -> list[str]:
+    """The globals a load imported that inspect did not list (none when it listed a
+    global it could not name)."""
+    return [] if "<computed>" in listed else [name for name in imported if name not in listed]
 
 
 def _raised_by_called_code(exc: BaseException) -> bool:
@@ -712,7 +743,7 @@ def _raised_by_called_code(exc: BaseException) -> bool:
     by ``find_class`` (a missing module or name)."""
     *_, (frame, _) = traceback.walk_tb(exc.__traceback__)
     code = frame.f_code
-    return code is blpickle.Unpickler.find_class.__code__ or not code.co_filename.startswith(_PACKAGE)
+    return code is _FIND_CLASS.__code__ or not code.co_filename.startswith(_PACKAGE)
 
 
 _PACKAGE = os.path.dirname(blpickle.__file__)
@@ -742,6 +773,7 @@ def worker(seed: int, start: int, stop: int) -> None:
     (the library's own output, and the CLI's, goes to /dev/null)."""
     for kind in KINDS:
         _base(kind)
+    record_imports()
     # A case that allocates without bound gets a MemoryError, not the machine's memory.
     address_space = _status("VmSize") + ADDRESS_SPACE_BOUND
     resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.getrlimit(resource.RLIMIT_AS)[1]))
@@ -900,6 +932,7 @@ def run(cases: int, seed: int = 0, jobs: int = 1, timeout: float = TIME_BOUND, f
             report.slowest = max(report.slowest, doc["seconds"])
             report.failures += [Failure(**f) for f in doc["failures"]]
         if progress and report.cases % 1000 == 0:
+            report.seconds = time.perf_counter() - began
             print(f"{time.perf_counter() - began:.0f} s: " + report.summary(), file=sys.stderr, flush=True)
     for thread in threads:
         thread.join()
@@ -923,6 +956,7 @@ def main(argv: list[str] | None = None) -> int:
         worker(args.seed, args.start, args.start + args.cases)
         return 0
     if args.case is not None:
+        record_imports()
         case, data = make_case(args.seed, args.case)
         print(f"case {args.case}: kind {case.kind.name}, " + "; ".join(case.log))
         with tempfile.TemporaryDirectory() as tmp:

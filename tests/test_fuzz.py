@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import blpickle
+import blpickle.info
 from blpickle import format as fmt
 
 OBJECT = {
@@ -384,3 +385,18 @@ def test_a_protocol_2_pickle_stream_is_held_once_when_loaded():
         peak = peak_allocated(lambda safe=safe: loaded.append(blpickle.loads(record, safe=safe)))
         assert peak < (64 << 20) + (8 << 20)
     assert loaded == [None, None]
+
+
+def test_the_fuzzer_catches_an_inspect_that_lists_less_than_load_imports(monkeypatch, tmp_path):
+    """Its differential check: a load importing what inspect did not list is a failure."""
+    fuzz.record_imports()
+    try:
+        monkeypatch.setattr(blpickle.info, "scan_globals", lambda *args, **kwargs: ())
+        caught = [
+            failure
+            for number in range(10)
+            for failure in fuzz.run_case(*fuzz.make_case(2026, number), str(tmp_path / "case.blp"))[0]
+        ]
+    finally:
+        blpickle.Unpickler.find_class = fuzz._FIND_CLASS
+    assert any(f.target == "inspect" and f.error.startswith("Unlisted: loads imported") for f in caught)
