@@ -575,6 +575,7 @@ class RecordReader:
         self._nthreads = nthreads
         self._key = key
         self._digests: list[bytes] = []
+        self._authenticated: deque[bytes] | None = None  # digests a second reading must match
         self._next_stream = 0
         self.index = fmt.FrameIndex()
         if key is not None:
@@ -585,22 +586,29 @@ class RecordReader:
         without decompressing anything; then stand after the header again, to read the
         record as it was checked.
 
-        A record in memory (or memory-mapped) is read again in place; a record read from a
-        file is kept in memory as stored (compressed) meanwhile, so that what is decompressed
-        is exactly what was authenticated.
+        A record in memory (or memory-mapped) is read again in place. A plain file on disk is
+        read again too, each frame checked against the BLAKE2b digest the signature covered
+        before it is used, so that a file changed meanwhile raises `SignatureError`; any
+        other file is kept in memory as stored (compressed) meanwhile. Either way, what is
+        decompressed is exactly what was authenticated.
 
         Raises:
             LoadError subclasses for damaged input; SignatureError when the signature does not
             match.
         """
         source, start = self._source, self._source.pos
-        if not isinstance(source, MemorySource):
+        rereadable = isinstance(source, FileSource) and source.size() is not None
+        if not isinstance(source, MemorySource) and not rereadable:
             self._source = _Recording(source, self._head + fmt.U64.pack(self._header_checksum))
         for _ in self.header.streams:
             self.skip_stream()
         self.finish()
-        self._source = self._source.replay() if isinstance(self._source, _Recording) else source.restart()
+        if rereadable:
+            self._authenticated = deque(self._digests)
+        else:
+            self._source = self._source.replay() if isinstance(self._source, _Recording) else source.restart()
         self._source.seek(start)
+        self._digests = []
         self._key = None  # authenticated: the second reading checks the checksums only
         self._next_stream = 0
         self.index = fmt.FrameIndex()
@@ -838,6 +846,8 @@ class RecordReader:
                     f"{what} at offset {offset} declares {csize} compressed bytes for {stop - start} bytes of data"
                 )
             packed = source.read(csize, what)
+            if self._authenticated is not None:
+                self._check_authenticated(fmt.frame_digest(packed), what, offset)
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, len(self.index))
             self.index.add(offset, csize, stored)
@@ -896,7 +906,8 @@ class RecordReader:
         """
         source = self._source
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
-        signer = hashlib.blake2b(digest_size=32) if self._key is not None else None
+        signed = self._key is not None or self._authenticated is not None
+        signer = hashlib.blake2b(digest_size=32) if signed else None
         hasher = xxhash.xxh3_64(seed=seed)
         whole = None if out is None else memoryview(out).cast("B")
         scratch = _allocate(min(size, _RAW_READ_SIZE), number) if whole is None else None
@@ -910,10 +921,26 @@ class RecordReader:
             yield piece
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
+        if signer is not None and self._key is None:
+            self._check_authenticated(signer.digest(), what, offset)
         if stored != hasher.intdigest():
             raise ChecksumError(what, offset, stored, hasher.intdigest())
-        if signer is not None:
+        if signer is not None and self._key is not None:
             self._digests.append(signer.digest())
+
+    def _check_authenticated(self, digest: bytes, what: str, offset: int) -> None:
+        """Refuse a frame read again after the signature was checked that is not the frame
+        the signature covered.
+
+        Raises:
+            SignatureError: when its digest is not the next one authenticated.
+        """
+        assert self._authenticated is not None
+        if not self._authenticated or self._authenticated.popleft() != digest:
+            raise SignatureError(
+                f"{what} at offset {offset} is not what the signature was checked on: "
+                "the file changed while it was read"
+            )
 
 
 def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
