@@ -945,18 +945,24 @@ class RecordReader:
 
 def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
     """Yield where each chunk (a `unpack_chunk` argument tuple) is decompressed to, in
-    order: once its future is done, or after decompressing it here when it has none.
+    order: once its future is done, or after decompressing it here when it has none. Closed
+    early (the unpickler failed), it cancels the chunks not started yet.
 
     Raises:
         LoadError subclasses: the error of a damaged chunk, when the iteration reaches it.
     """
-    for number, chunk in enumerate(chunks):
-        future = None if futures is None else futures[number]
-        if future is None:
-            unpack_chunk(*chunk)
-        else:
-            future.result()
-        yield chunk[4]
+    try:
+        for number, chunk in enumerate(chunks):
+            future = None if futures is None else futures[number]
+            if future is None:
+                unpack_chunk(*chunk)
+            else:
+                future.result()
+            yield chunk[4]
+    finally:
+        for future in futures or ():
+            if future is not None:
+                future.cancel()
 
 
 def _ratio_error(nbytes: int, stored: int) -> LimitError:

@@ -570,7 +570,7 @@ def _apply(mutation: Callable[[Case, random.Random], None], case: Case, rng: ran
     of the wrong type, say)."""
     try:
         mutation(case, rng)
-    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError) as exc:
         case.log.append(f"{mutation.__name__} skipped ({type(exc).__name__})")
 
 

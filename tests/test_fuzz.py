@@ -10,8 +10,10 @@ The hypothesis tests run a few hundred cases each (``--hypothesis-profile=fuzz``
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 import re
+import threading
 
 import bombs
 import fuzz
@@ -400,3 +402,30 @@ def test_the_fuzzer_catches_an_inspect_that_lists_less_than_load_imports(monkeyp
     finally:
         blpickle.Unpickler.find_class = fuzz._FIND_CLASS
     assert any(f.target == "inspect" and f.error.startswith("Unlisted: loads imported") for f in caught)
+
+
+def test_a_failed_load_leaves_no_chunk_decompressing(monkeypatch):
+    """Found by the fuzzer (seed 2, cases 37508-37511): a load that failed early left the
+    pool decompressing the rest of a 512 MiB pickle stream, into memory, during the loads
+    after it. The chunks not started are cancelled when the load fails."""
+    calls, release = [], threading.Event()
+    unpack = blpickle.stream.unpack_chunk
+
+    def held(*chunk):  # the pool's threads wait until the load has failed
+        calls.append(chunk[6])
+        if threading.current_thread() is not threading.main_thread():
+            release.wait(30)
+        unpack(*chunk)
+
+    monkeypatch.setattr(blpickle.stream, "unpack_chunk", held)
+    record = record_of(b"\x80\x05\xff" + bytes(64 << 20), chunk_size=64 << 10)  # 1024 chunks, the first one bad
+    try:
+        blpickle.loads(record, nthreads=2)
+    except blpickle.CorruptError:
+        pass
+    else:
+        pytest.fail("a damaged record loaded")
+    gc.collect()
+    release.set()
+    blpickle.stream._pool(2).submit(lambda: None).result()  # every chunk queued before it has started
+    assert len(calls) < 16  # the first chunks, and those the pool had started (of 1024)
