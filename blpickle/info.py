@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import copyreg
 import dataclasses
-import io
-import itertools
-import pickletools
-from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any, BinaryIO
 
 from . import format as fmt
-from .errors import CorruptError
+from .errors import LoadError
 from .files import open_input
-from .layout import OPCODE, SPLICE, splices_of, tokens
+from .layout import splices_of
 from .options import available_threads
 from .reader import RecordReader
+from .scan import chunks_of, scan_globals
 from .sources import FileSource, MemorySource, Source
 
 __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
@@ -95,7 +91,8 @@ def inspect(
     file: BinaryIO | str | bytes | Any, *, verify: bool = True, key: bytes | None = None, nthreads: int | None = None
 ) -> RecordInfo:
     """Describe the record in ``file`` (a path, a binary file object or a bytes-like object)
-    without unpickling it. Only the object graph's pickle is decompressed.
+    without unpickling it. Only the object graph's pickle is decompressed, a chunk at a
+    time, each read by `blpickle.scan` and dropped: memory stays bounded whatever its size.
 
     With ``verify`` (the default) every checksum of the record, and its signature when a
     ``key`` is given, is checked on the way. ``verify=False`` reads only the header, the
@@ -111,7 +108,7 @@ def inspect(
     with ExitStack() as stack:
         source = _open(file, stack)
         reader = RecordReader(source, nthreads or available_threads(), key=key)
-        graph = reader.read_stream()
+        found = _graph_globals(reader.read_pieces(), reader.header)
         index = None if verify or key is not None else reader.index_from_end()
         if index is None:
             for _ in reader.header.streams[1:]:
@@ -132,7 +129,7 @@ def inspect(
             pickle_stored=stored[0],
             buffers=buffers,
             external=len(header.external),
-            globals=pickle_globals(graph, header),
+            globals=found,
             size=source.pos,
         )
 
@@ -150,76 +147,34 @@ def _stored_sizes(streams: tuple[fmt.StreamInfo, ...], csizes: list[int]) -> lis
     return sizes
 
 
-_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
-_GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
-_PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
-_EXT_OPS = {"EXT1", "EXT2", "EXT4"}
-_NO_PUSH_OPS = {"FRAME", "PROTO", "MEMOIZE", *_PUT_OPS}
-
-
 def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ...]:
     """Return every ``module.name`` a pickle would import, in order of first use, read from
-    its opcodes without running it. With the ``header`` of the record whose pickle stream
-    ``data`` is, the stream is read as the loader reads it (`blpickle.layout`): spliced
-    payloads, which are not in ``data``, are read as empty, and the opcodes must follow the
-    stream's layout.
+    its opcodes without running it (`blpickle.scan`). With the ``header`` of the record
+    whose pickle stream ``data`` is, the stream is read as the loader reads it
+    (`blpickle.layout`): spliced payloads, which are not in ``data``, are unknown values,
+    and the opcodes must follow the stream's layout.
 
     Raises:
         CorruptError: when the data is not a valid pickle, or not one the loader would read
             the same way (a splice anywhere but at a payload, an opcode across a frame's end).
+        LimitError: when the names take over ``blpickle.scan.MAX_GLOBALS_BYTES``.
     """
-    unframed: list[int] | None = None
-    if header is not None:
-        found = list(tokens(data, header.protocol, splices_of(header)))
-        if header.protocol >= 4:
-            unframed = [start for kind, start, _ in found if kind == OPCODE]
-        if any(kind == SPLICE for kind, _, _ in found):
-            data = bytearray(data)  # the size fields of spliced payloads set to 0: their data is not here
-            for before, token in itertools.pairwise(found):
-                if token[0] == SPLICE:
-                    data[before[1] : before[1] + before[2]] = bytes(before[2])
+    if header is None:
+        return scan_globals(chunks_of(data))
+    return scan_globals(chunks_of(data), header.protocol, splices_of(header), memoryview(data).nbytes)
+
+
+def _graph_globals(pieces: Iterator[memoryview], header: fmt.Header) -> tuple[str, ...]:
+    """Return the globals of the pickle stream read in ``pieces``, then read the rest of
+    the stream (so every chunk is checked). A stream found damaged by the scan is read to
+    its end too, so that a checksum error (which a raw stream meets after its last piece)
+    is reported rather than what the damage made of the opcodes."""
     try:
-        return _globals(pickletools.genops(io.BytesIO(data)), unframed)
-    except ValueError as exc:
-        raise CorruptError(f"the object graph is not a valid pickle: {exc}") from None
-
-
-def _globals(ops: Iterable[tuple[Any, Any, int | None]], unframed: list[int] | None) -> tuple[str, ...]:
-    """Return the globals the opcodes ``ops`` import. With ``unframed`` (the offsets of the
-    opcodes outside frames that `blpickle.layout.tokens` found), check that they are
-    exactly the opcodes outside frames here, and that no opcode runs past its frame's end."""
-    found: dict[str, None] = {}
-    memo: dict[int, Any] = {}
-    pushed: deque[Any] = deque([None, None], maxlen=2)  # the last two values pushed
-    outside: list[int] = []  # offsets of the opcodes outside frames
-    frame_end = None  # the end of the frame the opcodes are in
-    for op, arg, pos in ops:
-        name = op.name
-        if unframed is not None:
-            if frame_end is not None and pos >= frame_end:
-                if pos > frame_end:
-                    raise CorruptError(f"an opcode of the pickle stream runs past its frame's end ({frame_end})")
-                frame_end = None
-            if frame_end is None:
-                outside.append(pos)
-                if name == "FRAME":
-                    frame_end = pos + 9 + arg
-        if name in ("GLOBAL", "INST"):
-            found[arg.replace(" ", ".", 1)] = None
-        elif name == "STACK_GLOBAL":
-            module, qualname = pushed
-            qualified = f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else None
-            found[qualified or "<computed>"] = None
-        elif name in _EXT_OPS:
-            module, qualname = copyreg._inverted_registry.get(arg, ("<extension>", str(arg)))
-            found[f"{module}.{qualname}"] = None
-        if name == "MEMOIZE":
-            memo[len(memo)] = pushed[-1]
-        elif name in _PUT_OPS:
-            memo[arg] = pushed[-1]
-        if name in _NO_PUSH_OPS:
-            continue
-        pushed.append(arg if name in _STRING_OPS else memo.get(arg) if name in _GET_OPS else None)
-    if unframed is not None and outside != unframed[: len(outside)]:
-        raise CorruptError("the opcodes outside the frames of the pickle stream are not where its layout puts them")
-    return tuple(found)
+        found = scan_globals(pieces, header.protocol, splices_of(header), header.streams[0].nbytes)
+    except LoadError:
+        for _ in pieces:
+            pass
+        raise
+    for _ in pieces:
+        pass
+    return found

@@ -2,9 +2,9 @@
 the spliced payloads go.
 
 One parser, `Layout`, decides this, and both readers of the pickle stream follow it:
-loading (`PickleFile`, which serves the unpickler) and inspecting
-(`blpickle.info.pickle_globals`, through `tokens`). So a record whose splices
-are not where the parser puts them is refused by both, and both see the same opcodes.
+loading (`PickleFile`, which serves the unpickler) and inspecting (`blpickle.scan`, which
+drives it as it reads the stream chunk by chunk). So a record whose splices are not where
+the parser puts them is refused by both, and both see the same opcodes.
 
 At protocol 4 and up the C pickler writes PROTO, then FRAMEs, and writes each large bytes,
 bytearray or str payload outside the frames (the opcode and its size, then the payload); a
@@ -28,6 +28,8 @@ import pickletools
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+import numpy as np
 
 from .errors import CorruptError, LoadError
 from .format import Header
@@ -280,7 +282,7 @@ class PickleFile(io.RawIOBase):
                         f"the pickle reaches a splice at offset {layout.start}, the next stream is not that splice"
                     )
                 if len(out) < layout.size:
-                    self._pending = memoryview(self._reader.read_stream()).cast("B")
+                    self._pending = _bytes_of(self._reader.read_stream())
                 else:
                     self._reader.read_stream(out)
             if self._pending:
@@ -315,8 +317,9 @@ class PickleFile(io.RawIOBase):
 def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
     """Return the pickle stream of the record ``reader`` stands at, as a file for the
     unpickler: a `PickleFile` from protocol 4 on (read a frame at a time, as the
-    chunks are decompressed), else the whole stream in memory (the unpickler reads an
-    unframed pickle an opcode at a time).
+    chunks are decompressed), else the whole stream in a BytesIO (the unpickler reads an
+    unframed pickle an opcode at a time), decompressed into the BytesIO's own buffer (a raw
+    stream: written to it in pieces), so that the stream is held once.
 
     Raises:
         CorruptError: for splices in a protocol 0-3 record.
@@ -326,4 +329,24 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
     if header.protocol >= 4:
         return PickleFile(reader.read_chunks(), reader)
     Layout(header.protocol, splices_of(header), header.streams[0].nbytes)
-    return io.BytesIO(reader.read_stream())
+    file = io.BytesIO()
+
+    def allocate(nbytes: int) -> memoryview:
+        if nbytes:
+            file.seek(nbytes - 1)
+            file.write(b"\0")
+        return file.getbuffer()
+
+    if header.streams[0].raw:
+        for piece in reader.read_pieces():
+            file.write(piece)
+    else:
+        for _ in reader.read_chunks(allocate):
+            pass
+    file.seek(0)
+    return file
+
+
+def _bytes_of(buffer: np.ndarray | memoryview) -> memoryview:
+    """Return a buffer read from a record (an array or a memoryview) as a memoryview of its bytes."""
+    return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -65,6 +66,7 @@ class RecordReader:
         self._nthreads = nthreads
         self._key = key
         self._digests: list[bytes] = []
+        self._authenticated: deque[bytes] | None = None  # digests a second reading must match
         self._next_stream = 0
         self.index = fmt.FrameIndex()
         self._compact_pickle: bytes | None = None
@@ -83,27 +85,32 @@ class RecordReader:
         without decompressing anything; then stand after the header again, to read the
         record as it was checked.
 
-        A record in memory (or memory-mapped) is read again in place; a record read from a
-        file is kept in memory as stored (compressed) meanwhile, so that what is decompressed
-        is exactly what was authenticated.
+        A record in memory (or memory-mapped) is read again in place. A source with random
+        access (a plain file on disk) is read again too, each frame checked against the BLAKE2b
+        digest the signature covered before it is used, so that a file changed meanwhile
+        raises `SignatureError`; any other source is kept in memory as stored (compressed)
+        meanwhile. Either way, what is decompressed is exactly what was authenticated.
 
         Raises:
             LoadError subclasses for damaged input; SignatureError when the signature does not
             match.
         """
         source, start = self._source, self._source.pos
-        kept = (
-            source
-            if isinstance(source, MemorySource)
-            else RecordingSource(source, self._head + fmt.U64.pack(self._header_checksum))
-        )
-        self._source = kept
+        reread = None if isinstance(source, MemorySource) else source.random_access()
+        kept: MemorySource | RecordingSource | None = source if isinstance(source, MemorySource) else None
+        if kept is None and reread is None:
+            kept = self._source = RecordingSource(source, self._head + fmt.U64.pack(self._header_checksum))
         for _ in self.header.streams:
             self.skip_stream()
         self.finish()
-        replay = kept.replay()
-        replay.seek(start)
-        self._source = replay
+        if kept is not None:
+            self._source = kept.replay()
+            self._source.seek(start)
+        else:
+            assert reread is not None
+            self._authenticated = deque(self._digests)
+            reread.seek(start)
+        self._digests = []
         self._key = None  # authenticated: the second reading checks the checksums only
         self._next_stream = 0
         self.index = fmt.FrameIndex()
@@ -158,12 +165,14 @@ class RecordReader:
         self._run(info, frames)
         return out
 
-    def read_chunks(self) -> Iterator[memoryview]:
+    def read_chunks(self, allocate: Callable[[int], Any] | None = None) -> Iterator[memoryview]:
         """Read the pickle stream's frames (call it first) and start decompressing all but
         the first in the pool; return an iterator over its decompressed chunks, in order, so
         that unpickling can start with the first chunk while the others decompress. The first one is
         decompressed by the iterator itself (its caller would only wait for the pool). (A raw
-        pickle stream comes whole, as from `read_stream`.)
+        pickle stream comes whole, as from `read_stream`.) ``allocate(nbytes)`` returns the
+        writable buffer the stream is decompressed to, once its size is checked (default: a new
+        array).
 
         Raises:
             LoadError subclasses when a frame is damaged, truncated or inconsistent (for a
@@ -173,11 +182,50 @@ class RecordReader:
         if info.raw:
             return iter([_view(self.read_stream())])
         self._next()
-        _, chunks = self._read_graph(info)
+        _, chunks = self._read_graph(info, allocate)
         if self._nthreads == 1 or len(chunks) == 1:
             return _decompressed(chunks)
         pool = shared_pool(self._nthreads)
         return _decompressed(chunks, [None, *(pool.submit(unpack_chunk, *chunk) for chunk in chunks[1:])])
+
+    def read_pieces(self) -> Iterator[memoryview]:
+        """Read the pickle stream (call it first) a piece at a time, without holding it:
+        yield its decompressed chunks in order, each in one buffer that the next reuses (a
+        raw stream: pieces of up to ``READ_SIZE`` bytes, its checksum checked after the last
+        one; a compact record's pickle: in one piece, checked with the header).
+
+        A chunk is checked before it is decompressed, and no more is decompressed than
+        ``MAX_GRAPH_RATIO`` times the bytes stored so far: frames are read ahead (kept as
+        stored) while the next chunk would pass that, and a stream whose whole passes it
+        raises the `LimitError` that `read_stream` raises, once its frames are read.
+
+        Raises:
+            LoadError subclasses when a frame is damaged, truncated or inconsistent.
+        """
+        number, info = self._next()
+        if self._compact_pickle is not None:
+            if self._compact_pickle:
+                yield memoryview(self._compact_pickle)
+            return
+        if info.raw:
+            if info.nbytes:
+                yield from self._raw_pieces(*self._raw_prologue(info, number), info.nbytes, None, number)
+            return
+        ahead: deque[tuple] = deque()
+        buffer = None
+        stored = decompressed = 0
+        for frame in self._read_frames(info, number, None):
+            ahead.append(frame)
+            stored += len(frame[0])
+            while ahead and decompressed + ahead[0][3] <= stored * fmt.MAX_GRAPH_RATIO:
+                packed, checksum, seed, nbytes, _, what, offset = ahead.popleft()
+                if buffer is None:
+                    buffer = memoryview(_allocate(min(info.chunk_size, info.nbytes), number))
+                unpack_chunk(packed, checksum, seed, nbytes, buffer[:nbytes], what, offset)
+                decompressed += nbytes
+                yield buffer[:nbytes]
+        if ahead:
+            raise _ratio_error(info.nbytes, stored)
 
     def skip_stream(self) -> None:
         """Read the next stream and check its checksums, without decompressing it."""
@@ -286,7 +334,9 @@ class RecordReader:
             if digest is not None:
                 self._digests.append(digest)
 
-    def _read_graph(self, info: fmt.StreamInfo) -> tuple[np.ndarray, list[tuple]]:
+    def _read_graph(
+        self, info: fmt.StreamInfo, allocate: Callable[[int], Any] | None = None
+    ) -> tuple[Any, list[tuple]]:
         """Read every frame of the compressed pickle stream, then allocate where it
         decompresses to; return that and the frames (`unpack_chunk` arguments).
 
@@ -297,12 +347,9 @@ class RecordReader:
         frames = list(self._read_frames(info, 0, None))
         stored = sum(len(packed) for packed, *_ in frames)
         if info.nbytes > stored * fmt.MAX_GRAPH_RATIO:
-            raise LimitError(
-                f"the pickle stream declares {info.nbytes} bytes stored in {stored}: "
-                f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
-            )
-        out = _allocate(info.nbytes, 0)
-        view = out.data
+            raise _ratio_error(info.nbytes, stored)
+        out = _allocate(info.nbytes, 0, allocate)
+        view = memoryview(out).cast("B")
         spans = zip(frames, info.chunk_spans(), strict=True)
         return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in spans]
 
@@ -316,7 +363,11 @@ class RecordReader:
                 raise CorruptError(
                     f"{what} at offset {offset} declares {csize} compressed bytes for {stop - start} bytes of data"
                 )
-            packed = (out is not None and number > 0 and source.read_later(csize, what)) or source.read(csize, what)
+            # a frame read again after the signature check is matched to its digest here, before use
+            later = out is not None and number > 0 and self._authenticated is None
+            packed = (later and source.read_later(csize, what)) or source.read(csize, what)
+            if self._authenticated is not None:
+                self._check_authenticated(fmt.frame_digest(packed), what, offset)
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, len(self.index))
             self.index.add(offset, csize, stored)
@@ -332,6 +383,24 @@ class RecordReader:
         source = self._source
         if not info.nbytes:
             return np.empty(0, dtype=np.uint8) if into is None else into
+        what, offset = self._raw_prologue(info, number)
+        mapped = source.map(info.nbytes, what) if mappable else None
+        if mapped is not None:
+            self.index.add(offset, info.nbytes, fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0])
+            return mapped
+        out = into if into is not None else _allocate(info.nbytes, number) if keep else None
+        for _ in self._raw_pieces(what, offset, info.nbytes, out, number):
+            pass
+        return out
+
+    def _raw_prologue(self, info: fmt.StreamInfo, number: int) -> tuple[str, int]:
+        """Read the padding and size field of a raw stream's frame; return its name and offset.
+
+        Raises:
+            CorruptError, TruncatedError: for padding that is not zero, a size that is not
+                the header's, or more than the source holds (before anything is allocated).
+        """
+        source = self._source
         what = self._frame_name(number, 0)
         padding = source.read(fmt.raw_padding(source.pos), f"the padding before {what}")
         if any(padding):
@@ -341,46 +410,89 @@ class RecordReader:
         if size != info.nbytes:
             raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
         end = source.size()
-        if end is not None and size > end - source.pos:  # before allocating for it
+        if end is not None and size > end - source.pos:
             raise TruncatedError(what, source.pos, size, end - source.pos)
+        return what, offset
+
+    def _raw_pieces(
+        self, what: str, offset: int, size: int, out: np.ndarray | memoryview | None, number: int
+    ) -> Iterator[memoryview]:
+        """Read a raw frame's ``size`` bytes into ``out`` (or, if None, into one reused buffer
+        of at most ``READ_SIZE`` bytes), yielding each piece as it is read; then check the
+        frame's checksum (and, on a second reading of a signed record, its digest).
+
+        Raises:
+            TruncatedError, ChecksumError, SignatureError: after the last piece, for a
+                damaged or changed frame.
+        """
+        source = self._source
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
-        signer = hashlib.blake2b(digest_size=32) if self._key is not None else None
-        out: np.ndarray | memoryview | None = source.map(size, what) if mappable else None
-        computed = None
-        if out is None:
-            out = into if into is not None else _allocate(size if keep else min(size, READ_SIZE), number)
-            whole = _view(out)
-            hasher = xxhash.xxh3_64(seed=seed)
-            for start in range(0, size, READ_SIZE):
-                piece = whole[start : start + READ_SIZE] if keep else whole[: min(READ_SIZE, size - start)]
-                source.readinto(piece, what)
-                hasher.update(piece)
-                if signer is not None:
-                    signer.update(piece)
-            computed = hasher.intdigest()
+        signed = self._key is not None or self._authenticated is not None
+        signer = hashlib.blake2b(digest_size=32) if signed else None
+        hasher = xxhash.xxh3_64(seed=seed)
+        whole = None if out is None else _view(out)
+        if whole is None:
+            whole = _view(_allocate(min(size, READ_SIZE), number))
+        for start in range(0, size, READ_SIZE):
+            count = min(READ_SIZE, size - start)
+            piece = whole[start : start + count] if out is not None else whole[:count]
+            source.readinto(piece, what)
+            hasher.update(piece)
+            if signer is not None:
+                signer.update(piece)
+            yield piece
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
-        if computed is not None and stored != computed:
-            raise ChecksumError(what, offset, stored, computed)
-        if signer is not None:
+        if signer is not None and self._key is None:
+            self._check_authenticated(signer.digest(), what, offset)
+        if stored != hasher.intdigest():
+            raise ChecksumError(what, offset, stored, hasher.intdigest())
+        if signer is not None and self._key is not None:
             self._digests.append(signer.digest())
-        return out
+
+    def _check_authenticated(self, digest: bytes, what: str, offset: int) -> None:
+        """Refuse a frame, read again after the signature was checked, that is not the frame
+        the signature covered.
+
+        Raises:
+            SignatureError: when its digest is not the next one authenticated.
+        """
+        assert self._authenticated is not None
+        if not self._authenticated or self._authenticated.popleft() != digest:
+            raise SignatureError(
+                f"{what} at offset {offset} is not what the signature was checked on: "
+                "the file changed while it was read"
+            )
 
 
 def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
     """Yield where each chunk (a `unpack_chunk` argument tuple) is decompressed to, in
-    order: once its future is done, or after decompressing it here when it has none.
+    order: once its future is done, or after decompressing it here when it has none. Closed
+    early (the unpickler failed), it cancels the chunks not started yet.
 
     Raises:
         LoadError subclasses: the error of a damaged chunk, when the iteration reaches it.
     """
-    for number, chunk in enumerate(chunks):
-        future = None if futures is None else futures[number]
-        if future is None:
-            unpack_chunk(*chunk)
-        else:
-            future.result()
-        yield chunk[4]
+    try:
+        for number, chunk in enumerate(chunks):
+            future = None if futures is None else futures[number]
+            if future is None:
+                unpack_chunk(*chunk)
+            else:
+                future.result()
+            yield chunk[4]
+    finally:
+        for future in futures or ():
+            if future is not None:
+                future.cancel()
+
+
+def _ratio_error(nbytes: int, stored: int) -> LimitError:
+    """Return the error for a pickle stream declaring over ``MAX_GRAPH_RATIO`` times its stored size."""
+    return LimitError(
+        f"the pickle stream declares {nbytes} bytes stored in {stored}: "
+        f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
+    )
 
 
 def _view(buffer: np.ndarray | memoryview) -> memoryview:
@@ -388,10 +500,15 @@ def _view(buffer: np.ndarray | memoryview) -> memoryview:
     return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")
 
 
-def _allocate(nbytes: int, number: int) -> np.ndarray:
-    """Return an uninitialised writable buffer for stream ``number`` (no zero-fill)."""
+def _allocate(nbytes: int, number: int, allocate: Callable[[int], Any] | None = None) -> Any:
+    """Return a writable buffer for stream ``number``: ``allocate(nbytes)``, by default an
+    uninitialised array (no zero-fill).
+
+    Raises:
+        LimitError: when it cannot be allocated.
+    """
     try:
-        return np.empty(nbytes, dtype=np.uint8)
+        return np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
     except MemoryError:
         raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
 

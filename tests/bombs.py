@@ -13,7 +13,7 @@ from records import join, split
 import blpickle
 
 
-def _zeros_chunk(nbytes: int) -> bytes:
+def zeros_chunk(nbytes: int) -> bytes:
     """A 32-byte Blosc2 chunk that decompresses to ``nbytes`` zeros."""
     chunk = bytearray(blosc2.compress2(bytes(1 << 20)))
     assert len(chunk) == 32
@@ -30,7 +30,7 @@ def bomb(stream: int, *, key: bytes | None = None, nchunks: int = 6, chunk: int 
     first = sum(-(-s["nbytes"] // s["chunk_size"]) for s in streams[:stream])
     count = -(-streams[stream]["nbytes"] // streams[stream]["chunk_size"])
     streams[stream].update(nbytes=nchunks * chunk, chunk_size=chunk)
-    parts.payloads[first : first + count] = [_zeros_chunk(chunk)] * nchunks
+    parts.payloads[first : first + count] = [zeros_chunk(chunk)] * nchunks
     parts.raw[first : first + count] = [False] * nchunks
     if key is not None:
         parts.trailer["signature"] = "0" * 64

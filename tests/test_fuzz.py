@@ -10,17 +10,24 @@ The hypothesis tests run a few hundred cases each (``--hypothesis-profile=fuzz``
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 import re
+import threading
 
+import bombs
 import fuzz
 import numpy as np
 import pytest
 import records
+from bombs import peak_allocated
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import blpickle
+import blpickle.info
+import blpickle.pool
+import blpickle.reader
 from blpickle import format as fmt
 
 OBJECT = {
@@ -168,19 +175,47 @@ def test_the_fuzzed_records_are_valid_to_start_with():
 def test_structure_aware_fuzzer():
     """A short profile of the structure-aware fuzzer: mutated records with every checksum
     recomputed raise only LoadErrors, never crash, hang or use memory without bound."""
-    report = fuzz.run(cases=40, seed=2026)
-    assert report.cases == 40
-    assert not report.crashes and not report.hangs, report.summary()
-    assert not report.failures, report.summary()
+    report = fuzz.run(cases=1000, seed=2026)
+    assert report.cases == 1000
+    assert report.guaranteed_held, report.summary()
+    assert set(report.peaks) >= {"loads", "loads(safe=True)", "inspect", "inspect(verify=False)", "cli info"}
 
 
-def record_of(pickled: bytes, protocol: int = 5, **options) -> bytes:
-    """Return a record, every checksum right, whose object graph's pickle is ``pickled``."""
+def test_the_fuzz_report_keeps_pickles_own_unsafety_apart():
+    """Crashes, hangs and failures of unrestricted loads are listed, not failures."""
+    failure = fuzz.Failure(3, "default", "loads", "MemoryBound: the peak RSS grew by 300 MiB", [])
+    report = fuzz.Report(
+        cases=5, failures=[failure], crashes=["4: loads (-11)"], hangs=["5: loads(key=..., signed by the attacker)"]
+    )
+    assert report.guaranteed_held
+    assert report.of_class(True) == ([failure], ["4: loads (-11)"], ["5: loads(key=..., signed by the attacker)"])
+    report.crashes.append("6: loads(safe=True) (-11)")
+    assert not report.guaranteed_held
+    assert report.of_class(False) == ([], ["6: loads(safe=True) (-11)"], [])
+    assert "guaranteed (" in report.summary() and "1 crashes, 0 hangs, 0 failures" in report.summary()
+
+
+def record_of(pickled: bytes, protocol: int = 5, chunk_size: int | None = None, **options) -> bytes:
+    """Return a record, every checksum right, whose object graph's pickle is ``pickled``
+    (in chunks of ``chunk_size``, if given)."""
     kind = fuzz.Kind("test", False, None, {"protocol": protocol, **options})
-    case = fuzz.Case.from_record(kind, blpickle.dumps(None, protocol, **options))
+    case = fuzz.Case.from_record(kind, _full_record(protocol, **options))
     case.streams[0].data, case.streams[0].dirty = pickled, True
+    if chunk_size is not None:
+        case.streams[0].chunk_size = case.parts.header["streams"][0]["chunk_size"] = chunk_size
     case.encode_frames()
     return case.to_bytes()
+
+
+def _full_record(protocol: int, **options) -> bytes:
+    """A full record (not a compact one) whose only stream is its pickle: one dumped with an
+    out-of-band buffer, the buffer's stream then dropped."""
+    parts = records.split(blpickle.dumps(np.ones(1 << 20, "u1"), protocol, **options))
+    first = parts.header["streams"][0]
+    nframes = fmt.StreamInfo(first["nbytes"], first["chunk_size"], raw=first["raw"]).nchunks
+    parts.header["streams"] = [first]
+    parts.payloads, parts.raw = parts.payloads[:nframes], parts.raw[:nframes]
+    return records.join(parts)
 
 
 # Found by the fuzzer or the audit: each raised an exception outside blpickle's tree.
@@ -261,3 +296,151 @@ def test_a_signature_that_is_not_64_hex_digits_is_corrupt(signature):
         blpickle.loads(forged, key=b"k")
     with pytest.raises(blpickle.CorruptError, match=message):
         blpickle.inspect(forged, key=b"k")
+
+
+# Found by the fuzzer (seed 1): inspect, info and verify held the whole pickle stream (up to
+# 512 MiB, a few times over). They hold one decompressed chunk at a time now.
+
+
+@pytest.mark.parametrize("case", [8, 1882])
+@pytest.mark.parametrize("verify", [True, False])
+def test_inspect_holds_one_chunk_of_a_large_pickle_stream(case, verify):
+    fuzzed, data = fuzz.make_case(1, case)
+    stream = fuzzed.parts.header["streams"][0]
+    assert stream["nbytes"] >= 64 << 20  # the pickle, then zeros
+    chunk = min(stream["chunk_size"], stream["nbytes"])
+    peak = peak_allocated(lambda: blpickle.inspect(data, verify=verify))
+    assert peak < chunk + (4 << 20)
+
+
+def test_data_inside_the_frames_is_read_past_not_held():
+    """A 64 MiB bytes literal inside a frame (an attacker's pickle: the pickler puts large
+    payloads outside the frames) streams by the scanner in 1 MiB chunks."""
+    body = _short_str(b"os") + _short_str(b"getpid") + b"\x93" + b"\x8e" + (64 << 20).to_bytes(8, "little")
+    body += bytes(64 << 20) + b"0."
+    pickled = b"\x80\x05\x95" + len(body).to_bytes(8, "little") + body
+    record = record_of(pickled, chunk_size=1 << 20)
+    found = []
+    peak = peak_allocated(lambda: found.append(blpickle.inspect(record).globals))
+    assert found == [("os.getpid",)]
+    assert peak < 8 << 20
+
+
+def _short_str(text: bytes) -> bytes:
+    return b"\x8c" + bytes([len(text)]) + text
+
+
+def test_a_damaged_raw_pickle_stream_reports_its_checksum_before_its_opcodes():
+    """A raw stream's checksum comes after its last piece: the opcodes the damage made
+    are not what is reported."""
+    record = record_of(pickle.dumps({"a": 1}, protocol=5), codec=None)  # a full record: compact ones have no frames
+    stream = records.split(record).payloads[0]
+    at = record.index(stream) + 2  # the first opcode after PROTO
+    damaged = record[:at] + b"\xff" + record[at + 1 :]
+    with pytest.raises(blpickle.ChecksumError, match="chunk 0 of the pickle stream"):
+        blpickle.inspect(damaged)
+    with pytest.raises(blpickle.ChecksumError, match="chunk 0 of the pickle stream"):
+        blpickle.loads(damaged)
+
+
+def _zeros_first(pickled: bytes, zeros: int, noise: bool) -> bytes:
+    """A record whose pickle stream is ``pickled`` (in one 4 MiB chunk, zero-padded), then
+    ``zeros`` chunks of 4 MiB of zeros stored in 32 bytes each, then (with ``noise``) a
+    chunk of 4 MiB of random bytes."""
+    chunk = 4 << 20
+    kind = fuzz.Kind("test", False, None, {})
+    case = fuzz.Case.from_record(kind, _full_record(5))
+    stream = pickled.ljust(chunk, b"\0") + (np.random.default_rng(0).bytes(chunk) if noise else b"")
+    case.streams[0].data, case.streams[0].dirty = stream, True
+    case.streams[0].chunk_size = case.parts.header["streams"][0]["chunk_size"] = chunk
+    case.encode_frames()
+    case.frames[1:1] = [(bombs.zeros_chunk(chunk), False)] * zeros
+    case.parts.header["streams"][0]["nbytes"] = len(stream) + chunk * zeros
+    return case.to_bytes()
+
+
+def test_inspect_decompresses_at_most_the_ratio_limit_of_what_it_has_read():
+    """Chunks of zeros that pass MAX_GRAPH_RATIO only with the chunks after them are read
+    ahead, not decompressed; a stream whose whole passes it is refused as load refuses it."""
+    data = _zeros_first(b"\x80\x05N.", 40, noise=True)
+    assert blpickle.loads(data) is None
+    assert blpickle.inspect(data).globals == ()
+    assert peak_allocated(lambda: blpickle.inspect(data)) < (4 << 20) + (1 << 20)
+    bomb = _zeros_first(b"\x80\x05N.", 4000, noise=False)
+    with pytest.raises(blpickle.LimitError, match="times its stored size"):
+        blpickle.loads(bomb)
+    with pytest.raises(blpickle.LimitError, match="times its stored size"):
+        blpickle.inspect(bomb)
+    # one 4 MiB chunk decompressed, then the 4000 frames read ahead, kept as stored (32 bytes
+    # each) with their bookkeeping
+    assert peak_allocated(lambda: _refused(bomb)) < (4 << 20) + (2 << 20)
+
+
+def _refused(record: bytes) -> None:
+    with pytest.raises(blpickle.LimitError):
+        blpickle.inspect(record)
+
+
+@pytest.mark.parametrize("index", [2**25, 2**32 - 1])
+def test_a_memo_index_far_out_costs_nothing_in_restricted_loads_and_inspect(index):
+    """CPython's unpickler sizes its memo by the largest index (``LONG_BINPUT`` 2**25 is
+    256 MiB: pickle's own behaviour, in unrestricted loads); the restricted one and inspect
+    keep a dict."""
+    record = record_of(b"\x80\x05K\x07r" + index.to_bytes(4, "little") + b"0j" + index.to_bytes(4, "little") + b".")
+    loaded = []
+    assert peak_allocated(lambda: loaded.append(blpickle.loads(record, safe=True))) < 1 << 20
+    assert loaded == [7]
+    assert peak_allocated(lambda: blpickle.inspect(record)) < 1 << 20
+
+
+def test_a_protocol_2_pickle_stream_is_held_once_when_loaded():
+    """Found by the fuzzer (seed 2, case 509): a protocol 0-3 stream was decompressed, then
+    copied into the BytesIO the unpickler reads. It is decompressed into that BytesIO now."""
+    record = record_of(b"\x80\x02N." + bytes(64 << 20), protocol=2, chunk_size=64 << 20)
+    loaded = []
+    for safe in (False, True):
+        peak = peak_allocated(lambda safe=safe: loaded.append(blpickle.loads(record, safe=safe)))
+        assert peak < (64 << 20) + (8 << 20)
+    assert loaded == [None, None]
+
+
+def test_the_fuzzer_catches_an_inspect_that_lists_less_than_load_imports(monkeypatch, tmp_path):
+    """Its differential check: a load importing what inspect did not list is a failure."""
+    fuzz.record_imports()
+    try:
+        monkeypatch.setattr(blpickle.info, "scan_globals", lambda *args, **kwargs: ())
+        caught = [
+            failure
+            for number in range(10)
+            for failure in fuzz.run_case(*fuzz.make_case(2026, number), str(tmp_path / "case.blp"))[0]
+        ]
+    finally:
+        blpickle.Unpickler.find_class = fuzz._FIND_CLASS
+    assert any(f.target == "inspect" and f.error.startswith("Unlisted: loads imported") for f in caught)
+
+
+def test_a_failed_load_leaves_no_chunk_decompressing(monkeypatch):
+    """Found by the fuzzer (seed 2, cases 37508-37511): a load that failed early left the
+    pool decompressing the rest of a 512 MiB pickle stream, into memory, during the loads
+    after it. The chunks not started are cancelled when the load fails."""
+    calls, release = [], threading.Event()
+    unpack = blpickle.reader.unpack_chunk
+
+    def held(*chunk):  # the pool's threads wait until the load has failed
+        calls.append(chunk[6])
+        if threading.current_thread() is not threading.main_thread():
+            release.wait(30)
+        unpack(*chunk)
+
+    monkeypatch.setattr(blpickle.reader, "unpack_chunk", held)
+    record = record_of(b"\x80\x05\xff" + bytes(64 << 20), chunk_size=64 << 10)  # 1024 chunks, the first one bad
+    try:
+        blpickle.loads(record, nthreads=2)
+    except blpickle.CorruptError:
+        pass
+    else:
+        pytest.fail("a damaged record loaded")
+    gc.collect()
+    release.set()
+    blpickle.pool.shared_pool(2).submit(lambda: None).result()  # every chunk queued before it has started
+    assert len(calls) < 16  # the first chunks, and those the pool had started (of 1024)
