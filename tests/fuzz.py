@@ -668,11 +668,12 @@ def memory_bound(case: Case, target: str) -> int:
     - for ``inspect``, ``info`` and ``verify``: one chunk of the pickle stream, as its
       header declares it (they hold one decompressed chunk at a time, and a writer may
       choose chunks of up to 1 GiB), whatever the stream's size;
-    - for a load: the record's decompressed streams, which it legitimately builds objects
-      from (the object graph holds them).
+    - for a load: twice the record's decompressed streams: it holds them while it builds
+      the objects, and the objects may copy them (a bytes literal of the pickle stream, an
+      array of a buffer), as ``pickle.loads`` holds its input and the objects it builds.
     """
     if target.startswith("loads"):
-        return MEMORY_BOUND + sum(len(s.data) for s in case.streams)
+        return MEMORY_BOUND + 2 * sum(len(s.data) for s in case.streams)
     try:
         info = case.parts.header["streams"][0]
         return MEMORY_BOUND + max(0, min(int(info["chunk_size"]), int(info["nbytes"]), fmt.MAX_CHUNK_SIZE))
