@@ -61,12 +61,12 @@ class LazyArray:
             return np.asarray(self)[key]
         rows = range(self.shape[0])[first]  # IndexError for a row out of range, as numpy
         if isinstance(rows, int):
-            return self._rows(rows, rows + 1)[(0, *rest)]
+            return self._rows(rows, rows + 1)[_index(0, rest)]
         if not rows:
-            return self._rows(0, 0)[(slice(None), *rest)]
+            return self._rows(0, 0)[_index(slice(None), rest)]
         low, high = min(rows[0], rows[-1]), max(rows[0], rows[-1]) + 1
         within = slice(0, high - low, rows.step) if rows.step > 0 else slice(high - 1 - low, None, rows.step)
-        return self._rows(low, high)[(within, *rest)]
+        return self._rows(low, high)[_index(within, rest)]
 
     def _rows(self, start: int, stop: int) -> np.ndarray:
         """Read rows ``start:stop`` of the leading axis (only the chunks holding them)."""
@@ -78,3 +78,8 @@ class LazyArray:
 def _basic(index: Any) -> bool:
     """True for an index of the leading axis that picks a range of rows."""
     return isinstance(index, (int, np.integer, slice)) and not isinstance(index, bool)
+
+
+def _index(first: Any, rest: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The index ``first, *rest`` (a tuple display mypy reads on Python 3.10 too)."""
+    return (first, *rest)
