@@ -318,8 +318,7 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
     """Return the pickle stream of the record ``reader`` stands at, as a file for the
     unpickler: a `PickleFile` from protocol 4 on (read a frame at a time, as the
     chunks are decompressed), else the whole stream in a BytesIO (the unpickler reads an
-    unframed pickle an opcode at a time), decompressed into the BytesIO's own buffer (a raw
-    stream: written to it in pieces), so that the stream is held once.
+    unframed pickle an opcode at a time), copied in chunk by chunk.
 
     Raises:
         CorruptError: for splices in a protocol 0-3 record.
@@ -330,19 +329,10 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
         return PickleFile(reader.read_chunks(), reader)
     Layout(header.protocol, splices_of(header), header.streams[0].nbytes)
     file = io.BytesIO()
-
-    def allocate(nbytes: int) -> memoryview:
-        if nbytes:
-            file.seek(nbytes - 1)
-            file.write(b"\0")
-        return file.getbuffer()
-
-    if header.streams[0].raw:
-        for piece in reader.read_pieces():
-            file.write(piece)
-    else:
-        for _ in reader.read_chunks(allocate):
-            pass
+    # copied in, never decompressed into the BytesIO's own buffer: a failed read would free
+    # that buffer while pool threads may still write to views of it
+    for piece in reader.read_pieces() if header.streams[0].raw else reader.read_chunks():
+        file.write(piece)
     file.seek(0)
     return file
 

@@ -393,14 +393,16 @@ def test_a_memo_index_far_out_costs_nothing_in_restricted_loads_and_inspect(inde
     assert peak_allocated(lambda: blpickle.inspect(record)) < 1 << 20
 
 
-def test_a_protocol_2_pickle_stream_is_held_once_when_loaded():
-    """Found by the fuzzer (seed 2, case 509): a protocol 0-3 stream was decompressed, then
-    copied into the BytesIO the unpickler reads. It is decompressed into that BytesIO now."""
+def test_a_protocol_2_pickle_stream_is_held_at_most_twice_when_loaded():
+    """Found by the fuzzer (seed 2, case 509): a protocol 0-3 stream is decompressed, then
+    copied into the BytesIO the unpickler reads, chunk by chunk: at most twice its size.
+    (Decompressing into the BytesIO's own buffer let a failed load free it while pool
+    threads still wrote to it: seed 2026, case 46, a crash on Python 3.12.)"""
     record = record_of(b"\x80\x02N." + bytes(64 << 20), protocol=2, chunk_size=64 << 20)
     loaded = []
     for safe in (False, True):
         peak = peak_allocated(lambda safe=safe: loaded.append(blpickle.loads(record, safe=safe)))
-        assert peak < (64 << 20) + (8 << 20)
+        assert peak < 2 * (64 << 20) + (16 << 20)
     assert loaded == [None, None]
 
 
