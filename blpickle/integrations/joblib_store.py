@@ -227,7 +227,9 @@ def _rebuild_memmap(
         return array
     offset = array.ctypes.data - np.frombuffer(mapping, dtype=np.uint8).ctypes.data
     layout: Literal["C", "F"] = "F" if order == "F" else "C"  # rebuild_ndarray checked it
-    mapped = np.ndarray.__new__(np.memmap, shape, dtype, buffer=mapping, offset=offset, order=layout)
+    # numpy.memmap.__new__ sets these three on a map it opens itself; numpy's stubs mark
+    # them final for everyone else, hence ``Any``.
+    mapped: Any = np.ndarray.__new__(np.memmap, shape, dtype, buffer=mapping, offset=offset, order=layout)
     mapped.filename, mapped.offset, mapped.mode = filename, offset, mode
     return mapped
 
