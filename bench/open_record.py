@@ -8,8 +8,10 @@ keeps the best time of each; memory is the peak of Python and numpy allocations
 (tracemalloc) while reading. With ``--s3-mb N`` the first comparison also runs on a record
 of N MB on moto's S3 server on loopback. (moto answers a range request in a time that grows
 with the object's size, about 6 ms per MB, and runs in this process, whose allocations the
-memory figure then includes: there it measures request counts, not S3's speed.) Writes
-``bench/results/open_record.json``.
+memory figure then includes: there it measures request counts, not S3's speed.) The S3 server
+also times dumping the record to and loading it from a URL against a local file followed by
+boto3's ``upload_file`` (preceded by its ``download_file``), interleaved ``--repeat`` rounds
+after one warm-up, best and median. Writes ``bench/results/open_record.json``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 import numpy as np
 
 import blpickle
+
+from .timing import compare, interleaved
 
 MB = 1 << 20
 ARRAY_MB = 8
@@ -104,7 +108,28 @@ def row_slice(path: str, array: np.ndarray, repeat: int) -> dict[str, Any]:
     }
 
 
-def _s3_url(size_mb: int, obj: dict[str, np.ndarray]) -> tuple[Any, str]:
+def s3_transfer(url: str, client: Any, obj: dict[str, np.ndarray], path: str, repeat: int) -> list[dict]:
+    """Dump to and load from the S3 ``url`` vs a local file and boto3's ``upload_file`` /
+    ``download_file`` (issue 18's goal: within 1.5x, a ``speed`` of at least 1 / 1.5)."""
+    bucket, key = url.removeprefix("s3://").split("/", 1)
+    copy = f"{key}.boto3"
+
+    def dump_upload() -> None:
+        blpickle.dump(obj, path)
+        client.upload_file(path, bucket, copy)
+
+    def download_load() -> Any:
+        client.download_file(bucket, copy, path)
+        return blpickle.load(path)
+
+    dumps = interleaved({"blpickle": lambda: blpickle.dump(obj, url), "boto3": dump_upload}, repeat, 0.0)
+    assert all(np.array_equal(a, obj[k]) for k, a in blpickle.load(url).items())
+    loads = interleaved({"blpickle": lambda: blpickle.load(url), "boto3": download_load}, repeat, 0.0)
+    workload = f"{sum(a.nbytes for a in obj.values()) // MB} MB record, moto S3 on loopback"
+    return [compare(workload, "dump", dumps, "boto3"), compare(workload, "load", loads, "boto3")]
+
+
+def _s3_url(size_mb: int, obj: dict[str, np.ndarray]) -> tuple[Any, Any, str]:
     import boto3
     import fsspec
     from moto.server import ThreadedMotoServer
@@ -120,7 +145,7 @@ def _s3_url(size_mb: int, obj: dict[str, np.ndarray]) -> tuple[Any, str]:
     client.create_bucket(Bucket="blpickle-bench")
     url = "s3://blpickle-bench/record.blp"
     blpickle.dump(obj, url)
-    return server, url
+    return server, client, url
 
 
 def main() -> None:
@@ -145,11 +170,14 @@ def main() -> None:
         blpickle.dump({"array": array}, path)
         rows.append(row_slice(path, array, args.repeat))
         del array
+    transfers = []
     if args.s3_mb:
         obj = _arrays(args.s3_mb)
-        server, url = _s3_url(args.s3_mb, obj)
+        server, client, url = _s3_url(args.s3_mb, obj)
         try:
             rows.append(one_array(url, obj, args.repeat, "moto S3 on loopback"))
+            with tempfile.TemporaryDirectory() as directory:
+                transfers = s3_transfer(url, client, obj, os.path.join(directory, "record.blp"), args.repeat)
         finally:
             server.stop()
     print(f"{'case':<62} {'open':>8} {'load':>8} {'speedup':>8} {'peak MB':>8}")
@@ -158,9 +186,19 @@ def main() -> None:
             f"{row['case']:<62} {row['open_s']:>7.3f}s {row['load_s']:>7.3f}s "
             f"{row['speedup']:>7.1f}x {row['open_peak_mb']:>8.1f}"
         )
+    if transfers:
+        print(f"\n{'to/from a URL vs a local file + boto3':<62} {'blpickle':>17} {'boto3':>17} {'boto3/ours':>11}")
+        for row in transfers:
+            ours, theirs = row["blpickle"], row["reference"]
+            print(
+                f"{row['op'] + ' ' + row['workload']:<62} {ours['min']:>7.3f}s/{ours['median']:>7.3f}s "
+                f"{theirs['min']:>7.3f}s/{theirs['median']:>7.3f}s "
+                f"{row['speed_best']:>5.2f}/{row['speed_median']:>5.2f}"
+            )
+        print("best/median; the goal (within 1.5x) is met at boto3/ours >= 0.67")
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as file:
-        json.dump({"args": vars(args), "cpus": os.cpu_count(), "rows": rows}, file, indent=1)
+        json.dump({"args": vars(args), "cpus": os.cpu_count(), "rows": rows, "s3_transfer": transfers}, file, indent=1)
 
 
 if __name__ == "__main__":

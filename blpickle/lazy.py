@@ -5,6 +5,7 @@ where a row fits in a chunk)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LazyArray"]
 
+#: Bytes of rows read at a time when iterating an uncompressed array (stored in one piece).
+RAW_BLOCK = 4 << 20
+
 
 class LazyArray:
     """A read-only array-like over one array of an open `blpickle.Record`.
@@ -21,7 +25,9 @@ class LazyArray:
     Indexing returns numpy arrays. An integer, a slice (any step) or a tuple starting with
     one reads only the rows of the leading axis it spans, in a C-order array; any other
     index (a list, a mask, an array of indices), and any index of a Fortran-order array,
-    reads the whole array first. ``numpy.asarray(lazy)`` reads it whole, its chunks
+    reads the whole array first. Iterating yields the rows of the leading axis, as iterating
+    the numpy array does, reading the rows of one chunk at a time (a Fortran-order array is
+    read whole first). ``numpy.asarray(lazy)`` reads it whole, its chunks
     decompressed in parallel. Every read checks the checksums of the chunks it decompresses
     (a part of an uncompressed buffer is read unchecked).
 
@@ -67,6 +73,22 @@ class LazyArray:
         low, high = min(rows[0], rows[-1]), max(rows[0], rows[-1]) + 1
         within = slice(0, high - low, rows.step) if rows.step > 0 else slice(high - 1 - low, None, rows.step)
         return self._rows(low, high)[_index(within, rest)]
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        if self._info.order == "F":
+            return iter(np.asarray(self))
+        return self._blocks()
+
+    def _blocks(self) -> Iterator[Any]:
+        """Yield the rows of a C-order array, read the rows of one chunk at a time (at least
+        one row; `RAW_BLOCK` bytes of rows for an uncompressed array)."""
+        row = self.nbytes // self.shape[0] if self.shape[0] else 0
+        block = self._info.chunk_size if self._info.codec is not None else RAW_BLOCK
+        step = max(block // row, 1) if row else max(self.shape[0], 1)
+        for start in range(0, self.shape[0], step):
+            yield from self._rows(start, min(start + step, self.shape[0]))
 
     def _rows(self, start: int, stop: int) -> np.ndarray:
         """Read rows ``start:stop`` of the leading axis (only the chunks holding them)."""
