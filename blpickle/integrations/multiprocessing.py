@@ -119,6 +119,9 @@ class _QueueConnection(Connection):
             token = pickle.loads(buf)
             if type(token) is int and token in self._parked:
                 obj = self._parked.pop(token)
+                # buf views the caller's BytesIO: a failure's traceback keeps this frame, and
+                # a BytesIO still viewed when cyclic garbage finalizes it raises BufferError
+                del buf
                 try:
                     message = self._encode(obj)
                 except Exception as exc:
