@@ -210,18 +210,18 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as directory:
                 path = os.path.join(directory, "record.blp")
                 transfers = s3_transfer(url, client, obj, path, args.repeat, where)
-    print(f"{'case':<62} {'open':>8} {'load':>8} {'speedup':>8} {'peak MB':>8}")
+    print(f"{'case':<72} {'open':>8} {'load':>8} {'speedup':>8} {'peak MB':>8}")
     for row in rows:
         print(
-            f"{row['case']:<62} {row['open_s']:>7.3f}s {row['load_s']:>7.3f}s "
+            f"{row['case']:<72} {row['open_s']:>7.3f}s {row['load_s']:>7.3f}s "
             f"{row['speedup']:>7.1f}x {row['open_peak_mb']:>8.1f}"
         )
     if transfers:
-        print(f"\n{'to/from a URL vs a local file + boto3':<62} {'blpickle':>17} {'boto3':>17} {'boto3/ours':>11}")
+        print(f"\n{'to/from a URL vs a local file + boto3':<72} {'blpickle':>17} {'boto3':>17} {'boto3/ours':>11}")
         for row in transfers:
             ours, theirs = row["blpickle"], row["reference"]
             print(
-                f"{row['op'] + ' ' + row['workload']:<62} {ours['min']:>7.3f}s/{ours['median']:>7.3f}s "
+                f"{row['op'] + ' ' + row['workload']:<72} {ours['min']:>7.3f}s/{ours['median']:>7.3f}s "
                 f"{theirs['min']:>7.3f}s/{theirs['median']:>7.3f}s "
                 f"{row['speed_best']:>5.2f}/{row['speed_median']:>5.2f}"
             )
