@@ -2,27 +2,34 @@
 slice of rows out of a large compressed array (issue 18's goals), side by side.
 
     python -m bench.open_record [--record-mb 1024] [--array-mb 800] [--repeat 3] [--s3-mb 0]
+                                [--s3-endpoint URL [--s3-server NAME]] [--json PATH]
 
 Each measurement alternates the two ways (open and read, load whole) ``--repeat`` times and
 keeps the best time of each; memory is the peak of Python and numpy allocations
 (tracemalloc) while reading. With ``--s3-mb N`` the first comparison also runs on a record
-of N MB on moto's S3 server on loopback. (moto answers a range request in a time that grows
-with the object's size, about 6 ms per MB, and runs in this process, whose allocations the
-memory figure then includes: there it measures request counts, not S3's speed.) The S3 server
-also times dumping the record to and loading it from a URL against a local file followed by
-boto3's ``upload_file`` (preceded by its ``download_file``), interleaved ``--repeat`` rounds
-after one warm-up, best and median. Writes ``bench/results/open_record.json``.
+of N MB on an S3 server: by default moto's, started on loopback in this process (moto
+answers a range request in a time that grows with the object's size, about 6 ms per MB, and
+its allocations count in the memory figure: there it measures request counts, not S3's
+speed); with ``--s3-endpoint URL``, the S3-compatible server at that URL (``--s3-server``
+names it in the table and the JSON), with the credentials in ``AWS_ACCESS_KEY_ID`` and
+``AWS_SECRET_ACCESS_KEY`` and the bucket ``blpickle-bench`` (created if missing; the
+benchmark's objects are deleted at the end). The S3 server also times dumping the record to
+and loading it from a URL against a local file followed by boto3's ``upload_file``
+(preceded by its ``download_file``), interleaved ``--repeat`` rounds after one warm-up, best
+and median. Writes ``--json`` (default ``bench/results/open_record.json``), which names the
+S3 server used.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -34,6 +41,7 @@ from .timing import compare, interleaved
 MB = 1 << 20
 ARRAY_MB = 8
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "open_record.json")
+BUCKET = "blpickle-bench"
 
 
 def _arrays(total_mb: int) -> dict[str, np.ndarray]:
@@ -108,7 +116,7 @@ def row_slice(path: str, array: np.ndarray, repeat: int) -> dict[str, Any]:
     }
 
 
-def s3_transfer(url: str, client: Any, obj: dict[str, np.ndarray], path: str, repeat: int) -> list[dict]:
+def s3_transfer(url: str, client: Any, obj: dict[str, np.ndarray], path: str, repeat: int, where: str) -> list[dict]:
     """Dump to and load from the S3 ``url`` vs a local file and boto3's ``upload_file`` /
     ``download_file`` (issue 18's goal: within 1.5x, a ``speed`` of at least 1 / 1.5)."""
     bucket, key = url.removeprefix("s3://").split("/", 1)
@@ -125,27 +133,46 @@ def s3_transfer(url: str, client: Any, obj: dict[str, np.ndarray], path: str, re
     dumps = interleaved({"blpickle": lambda: blpickle.dump(obj, url), "boto3": dump_upload}, repeat, 0.0)
     assert all(np.array_equal(a, obj[k]) for k, a in blpickle.load(url).items())
     loads = interleaved({"blpickle": lambda: blpickle.load(url), "boto3": download_load}, repeat, 0.0)
-    workload = f"{sum(a.nbytes for a in obj.values()) // MB} MB record, moto S3 on loopback"
+    workload = f"{sum(a.nbytes for a in obj.values()) // MB} MB record, {where}"
     return [compare(workload, "dump", dumps, "boto3"), compare(workload, "load", loads, "boto3")]
 
 
-def _s3_url(size_mb: int, obj: dict[str, np.ndarray]) -> tuple[Any, Any, str]:
-    import boto3
-    import fsspec
+@contextlib.contextmanager
+def _moto() -> Iterator[str]:
+    """Run moto's S3 server on loopback; yields its endpoint URL."""
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    fsspec.config.conf["s3"] = {"endpoint_url": endpoint, "key": "bench", "secret": "bench"}
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def _s3_record(endpoint: str, obj: dict[str, np.ndarray]) -> Iterator[tuple[Any, str]]:
+    """Dump ``obj`` to the S3 server at ``endpoint`` (creating the bucket if missing); yields
+    a boto3 client and the record's URL, and deletes the benchmark's objects on exit."""
+    import boto3
+    import fsspec
+
+    key = os.environ.get("AWS_ACCESS_KEY_ID", "bench")
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "bench")
+    fsspec.config.conf["s3"] = {"endpoint_url": endpoint, "key": key, "secret": secret}
     client = boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="b", aws_secret_access_key="b", region_name="us-east-1"
+        "s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret, region_name="us-east-1"
     )
-    client.create_bucket(Bucket="blpickle-bench")
-    url = "s3://blpickle-bench/record.blp"
-    blpickle.dump(obj, url)
-    return server, client, url
+    if BUCKET not in {bucket["Name"] for bucket in client.list_buckets()["Buckets"]}:
+        client.create_bucket(Bucket=BUCKET)
+    url = f"s3://{BUCKET}/record.blp"
+    try:
+        blpickle.dump(obj, url)
+        yield client, url
+    finally:
+        for item in client.list_objects_v2(Bucket=BUCKET, Prefix="record.blp").get("Contents", []):
+            client.delete_object(Bucket=BUCKET, Key=item["Key"])
 
 
 def main() -> None:
@@ -154,6 +181,9 @@ def main() -> None:
     parser.add_argument("--array-mb", type=int, default=800)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--s3-mb", type=int, default=0)
+    parser.add_argument("--s3-endpoint", help="an S3-compatible server's URL instead of moto's")
+    parser.add_argument("--s3-server", default="S3", help="what serves --s3-endpoint (a label)")
+    parser.add_argument("--json", default=RESULTS, help="where to write the results")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as directory:
@@ -171,34 +201,44 @@ def main() -> None:
         rows.append(row_slice(path, array, args.repeat))
         del array
     transfers = []
+    where = f"{args.s3_server} at {args.s3_endpoint}" if args.s3_endpoint else "moto S3 on loopback"
     if args.s3_mb:
         obj = _arrays(args.s3_mb)
-        server, client, url = _s3_url(args.s3_mb, obj)
-        try:
-            rows.append(one_array(url, obj, args.repeat, "moto S3 on loopback"))
+        server = contextlib.nullcontext(args.s3_endpoint) if args.s3_endpoint else _moto()
+        with server as endpoint, _s3_record(endpoint, obj) as (client, url):
+            rows.append(one_array(url, obj, args.repeat, where))
             with tempfile.TemporaryDirectory() as directory:
-                transfers = s3_transfer(url, client, obj, os.path.join(directory, "record.blp"), args.repeat)
-        finally:
-            server.stop()
-    print(f"{'case':<62} {'open':>8} {'load':>8} {'speedup':>8} {'peak MB':>8}")
+                path = os.path.join(directory, "record.blp")
+                transfers = s3_transfer(url, client, obj, path, args.repeat, where)
+    print(f"{'case':<72} {'open':>8} {'load':>8} {'speedup':>8} {'peak MB':>8}")
     for row in rows:
         print(
-            f"{row['case']:<62} {row['open_s']:>7.3f}s {row['load_s']:>7.3f}s "
+            f"{row['case']:<72} {row['open_s']:>7.3f}s {row['load_s']:>7.3f}s "
             f"{row['speedup']:>7.1f}x {row['open_peak_mb']:>8.1f}"
         )
     if transfers:
-        print(f"\n{'to/from a URL vs a local file + boto3':<62} {'blpickle':>17} {'boto3':>17} {'boto3/ours':>11}")
+        print(f"\n{'to/from a URL vs a local file + boto3':<72} {'blpickle':>17} {'boto3':>17} {'boto3/ours':>11}")
         for row in transfers:
             ours, theirs = row["blpickle"], row["reference"]
             print(
-                f"{row['op'] + ' ' + row['workload']:<62} {ours['min']:>7.3f}s/{ours['median']:>7.3f}s "
+                f"{row['op'] + ' ' + row['workload']:<72} {ours['min']:>7.3f}s/{ours['median']:>7.3f}s "
                 f"{theirs['min']:>7.3f}s/{theirs['median']:>7.3f}s "
                 f"{row['speed_best']:>5.2f}/{row['speed_median']:>5.2f}"
             )
         print("best/median; the goal (within 1.5x) is met at boto3/ours >= 0.67")
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as file:
-        json.dump({"args": vars(args), "cpus": os.cpu_count(), "rows": rows, "s3_transfer": transfers}, file, indent=1)
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as file:
+        json.dump(
+            {
+                "args": vars(args),
+                "cpus": os.cpu_count(),
+                "s3_server": where if args.s3_mb else None,
+                "rows": rows,
+                "s3_transfer": transfers,
+            },
+            file,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":
