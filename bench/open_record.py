@@ -1,5 +1,5 @@
 """blpickle.open against loading the whole record: one array out of a large record, and a
-slice of rows out of a large compressed array (issue 18's goals), side by side.
+slice of rows out of a large compressed array, side by side.
 
     python -m bench.open_record [--record-mb 1024] [--array-mb 800] [--repeat 3] [--s3-mb 0]
                                 [--s3-endpoint URL [--s3-server NAME]] [--json PATH]
@@ -118,7 +118,7 @@ def row_slice(path: str, array: np.ndarray, repeat: int) -> dict[str, Any]:
 
 def s3_transfer(url: str, client: Any, obj: dict[str, np.ndarray], path: str, repeat: int, where: str) -> list[dict]:
     """Dump to and load from the S3 ``url`` vs a local file and boto3's ``upload_file`` /
-    ``download_file`` (issue 18's goal: within 1.5x, a ``speed`` of at least 1 / 1.5)."""
+    ``download_file`` (the goal: within 1.5x, a ``speed`` of at least 1 / 1.5)."""
     bucket, key = url.removeprefix("s3://").split("/", 1)
     copy = f"{key}.boto3"
 
