@@ -52,10 +52,10 @@ __all__ = [
 ]
 
 FAMILY = "blpickle"
-#: ``Client(serializers=...)``: blpickle first, dask's families after it.
 SERIALIZERS = [FAMILY, "dask", "pickle", "msgpack"]
-#: ``Client(deserializers=...)``; workers answer with this list, so blpickle comes first.
+"""``Client(serializers=...)``: blpickle first, dask's families after it."""
 DESERIALIZERS = [*SERIALIZERS, "error"]
+"""``Client(deserializers=...)``; workers answer with this list, so blpickle comes first."""
 
 _VERSION = 1
 #: Networks are slower than pipes: compress from a smaller gain than between local processes
