@@ -7,7 +7,11 @@ worker, now and later) before sending data:
 ```python
 from blpickle.integrations import dask as bldask
 bldask.register()
-client = Client(cluster, serializers=bldask.SERIALIZERS, deserializers=bldask.DESERIALIZERS)
+client = Client(
+    cluster,
+    serializers=bldask.SERIALIZERS,
+    deserializers=bldask.DESERIALIZERS,
+)
 client.register_plugin(bldask.WorkerPlugin())
 ```
 
