@@ -3,16 +3,16 @@
 ```text
 BlpickleError
  ├── OptionsError (ValueError)          invalid dump/load options
- ├── DumpError (pickle.PicklingError)   an object or buffer could not be written
- └── LoadError (pickle.UnpicklingError) the input is not a valid blpickle record
-      ├── BadMagicError                 the input does not start with blpickle's magic
-      ├── UnsupportedVersionError       a format major version this reader does not know
+ ├── DumpError (pickle.PicklingError)   could not write an object or buffer
+ └── LoadError (pickle.UnpicklingError) not a valid blpickle record
+      ├── BadMagicError                 no blpickle magic at the start
+      ├── UnsupportedVersionError       a format major version not known
       ├── TruncatedError (EOFError)     the input ended early
-      ├── ChecksumError                 a stored checksum does not match the data
-      ├── LimitError                    a declared size is over a limit or cannot be allocated
-      ├── CorruptError                  a field has a value that cannot be right
-      ├── SignatureError                a signed load found no signature or a wrong one
-      └── UnsafeLoadError               a restricted load met a global it may not import
+      ├── ChecksumError                 a checksum does not match the data
+      ├── LimitError                    a size over a limit or unallocatable
+      ├── CorruptError                  a field value that cannot be right
+      ├── SignatureError                no signature, or a wrong one
+      └── UnsafeLoadError               a global the restricted load refuses
 ```
 
 Every load-side error is a ``pickle.UnpicklingError``, so ``except pickle.UnpicklingError``

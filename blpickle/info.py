@@ -50,7 +50,8 @@ class RecordInfo:
         signed: the record carries an HMAC signature.
         options: the options it was written with.
         protocol: pickle protocol of the object graph.
-        pickle_nbytes, pickle_stored: size of the object graph's pickle, raw and stored.
+        pickle_nbytes: size of the object graph's pickle, decompressed.
+        pickle_stored: size of the object graph's pickle as stored.
         buffers: the out-of-band buffers, in order.
         external: how many out-of-band buffers the caller kept (``buffer_callback``).
         globals: every ``module.name`` the pickle would import, in order of first use.

@@ -32,7 +32,11 @@ class LazyArray:
     (a part of an uncompressed buffer is read unchecked).
 
     Attributes:
-        shape, dtype, ndim, size, nbytes: those of the array.
+        shape: the array's shape.
+        dtype: the array's dtype.
+        ndim: the array's number of dimensions.
+        size: the array's number of elements.
+        nbytes: the array's size in bytes.
         name: its name in the record, or None.
     """
 

@@ -117,9 +117,6 @@ class Options:
         return self.nthreads or available_threads()
 
 
-#: Named options: "default" (zstd or lz4 per buffer), "fast" (lz4), "balanced" (zstd level 1),
-#: "dense" (zstd level 5 with shuffle, the codec, level and filters of ``blosc2.save_tensor``'s
-#: defaults), "small" (zstd level 5 with bytedelta) and "raw" (uncompressed, mappable).
 PRESETS: dict[str, Options] = {
     "default": Options(),
     "fast": Options(codec="lz4", clevel=1),
@@ -128,6 +125,9 @@ PRESETS: dict[str, Options] = {
     "small": Options(codec="zstd", clevel=5, bytedelta=True),
     "raw": Options(codec=None),
 }
+"""Named options: "default" (zstd or lz4 per buffer), "fast" (lz4), "balanced" (zstd level 1),
+"dense" (zstd level 5 with shuffle, the codec, level and filters of ``blosc2.save_tensor``'s
+defaults), "small" (zstd level 5 with bytedelta) and "raw" (uncompressed, mappable)."""
 
 
 def resolve_options(preset: str | Options | None = None, **overrides: Any) -> Options:

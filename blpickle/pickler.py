@@ -44,8 +44,8 @@ __all__ = [
 ]
 
 HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
-#: blpickle pickles at protocol 5 unless told otherwise: it is the one with out-of-band buffers.
 DEFAULT_PROTOCOL = 5
+"""blpickle pickles at protocol 5 unless told otherwise: it is the one with out-of-band buffers."""
 
 BufferCallback = Callable[[PickleBuffer], Any]
 #: Buffers smaller than this stay in the pickle stream (compressed with it): a stream of its

@@ -45,8 +45,10 @@ class ArrayInfo:
     Attributes:
         position: its number among the record's buffers (``rec.array(position)``).
         name: its path in the dumped object (``"model.coef_"``), or None.
-        dtype, shape, order: the array it holds; None for a buffer that is not a described
+        dtype: the dtype of the array it holds; None for a buffer that is not a described
             numpy array, read as bytes (a uint8 array).
+        shape: the array's shape, or None as for ``dtype``.
+        order: the array's memory order, "C" or "F", or None as for ``dtype``.
         nbytes: decompressed size.
         stored: bytes its frames take in the record.
         nchunks: how many chunks it is stored in.

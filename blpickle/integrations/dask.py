@@ -7,7 +7,11 @@ worker, now and later) before sending data:
 ```python
 from blpickle.integrations import dask as bldask
 bldask.register()
-client = Client(cluster, serializers=bldask.SERIALIZERS, deserializers=bldask.DESERIALIZERS)
+client = Client(
+    cluster,
+    serializers=bldask.SERIALIZERS,
+    deserializers=bldask.DESERIALIZERS,
+)
 client.register_plugin(bldask.WorkerPlugin())
 ```
 
@@ -52,10 +56,10 @@ __all__ = [
 ]
 
 FAMILY = "blpickle"
-#: ``Client(serializers=...)``: blpickle first, dask's families after it.
 SERIALIZERS = [FAMILY, "dask", "pickle", "msgpack"]
-#: ``Client(deserializers=...)``; workers answer with this list, so blpickle comes first.
+"""``Client(serializers=...)``: blpickle first, dask's families after it."""
 DESERIALIZERS = [*SERIALIZERS, "error"]
+"""``Client(deserializers=...)``; workers answer with this list, so blpickle comes first."""
 
 _VERSION = 1
 #: Networks are slower than pipes: compress from a smaller gain than between local processes

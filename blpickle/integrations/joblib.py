@@ -57,7 +57,8 @@ class BloscCompressorWrapper(CompressorWrapper):
     any ``"blosc"`` wrapper reads every stream):
 
     ```python
-    joblib.register_compressor("blosc-lz4", BloscCompressorWrapper("fast", extension=".blz4"))
+    fast = BloscCompressorWrapper("fast", extension=".blz4")
+    joblib.register_compressor("blosc-lz4", fast)
     ```
     """
 
@@ -94,9 +95,9 @@ def _registered_name(name: str) -> str:
     return _RegisteringName(name)
 
 
-#: ``"blosc"``, and it registers the compressor in worker processes that unpickle it:
-#: ``Memory(location, compress=BLOSC)`` works in ``joblib.Parallel`` workers.
 BLOSC = _RegisteringName(NAME)
+"""``"blosc"``, and it registers the compressor in worker processes that unpickle it:
+``Memory(location, compress=BLOSC)`` works in ``joblib.Parallel`` workers."""
 
 
 def register() -> None:

@@ -49,8 +49,8 @@ END = struct.Struct("<QQ")  # number of frames, total decompressed size (then it
 #: Chunk sizes are multiples of this, so that array elements (which joblib aligns to 16 bytes
 #: in its stream) start at the same phase in every chunk.
 CHUNK_MULTIPLE = 64
-#: The default options: blpickle's (codec "auto", shuffle, 4 MiB chunks).
 STREAM_OPTIONS = Options()
+"""The default options: blpickle's (codec "auto", shuffle, 4 MiB chunks)."""
 #: ``count`` for `blpickle.pool.map_ordered`: the number of frames is not known ahead.
 _UNKNOWN_COUNT = 1 << 62
 _WRITE, _READ = "wb", "rb"

@@ -3,7 +3,8 @@
 One line, before the first ``Parallel`` call:
 
 ```python
-blpickle.integrations.loky.enable()          # or: LOKY_PICKLER=blpickle.integrations.loky
+# or, in the environment: LOKY_PICKLER=blpickle.integrations.loky
+blpickle.integrations.loky.enable()
 ```
 
 ``enable`` calls ``set_loky_pickler("blpickle.integrations.loky")`` of the loky that joblib

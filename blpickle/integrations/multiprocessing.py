@@ -3,7 +3,8 @@
 One line:
 
 ```python
-ctx = blpickle.integrations.multiprocessing.get_context("spawn")   # or "fork", "forkserver"
+# or "fork", "forkserver"
+ctx = blpickle.integrations.multiprocessing.get_context("spawn")
 with ctx.Pool(2) as pool: ...
 with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as ex: ...
 q = ctx.Queue(); r, w = ctx.Pipe()
@@ -32,7 +33,7 @@ the standard ``Queue`` class; the context's ``Process`` upgrades that (still unu
 place when the executor passes it to its first worker, so arguments travel with blpickle too.
 The private names of multiprocessing this takes are in `._host_internals`.
 
-Unix only (``os.writev``/``os.readv`` on the pipe's file descriptor).
+Linux and macOS (``os.writev``/``os.readv`` on the pipe's file descriptor).
 """
 
 from __future__ import annotations
