@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 from collections.abc import Callable, Collection, Iterable
+from typing import Any
 
 import blosc2
 import joblib
@@ -456,9 +457,12 @@ def _columns(
 
 
 def _finish(fig: plt.Figure, path: str, title: str) -> None:
-    """Title, one legend under the panels (the first panel's series), and save."""
-    handles, labels = fig.axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    """Title, one legend under the panels (each series once), and save."""
+    legend: dict[str, Any] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=len(legend), frameon=False)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=100)
@@ -524,7 +528,7 @@ def plot_dask(doc: dict, path: str) -> None:
             axes[data].set_ylim(0, top)
         group = [r for r in rows if r["data"] == datas[0]]
         sizes, fewer = _by_size(group, lambda r: r["dask default"]["wire_bytes"] / r["blpickle"]["wire_bytes"])
-        _columns(axes["bytes"], sizes, {"bytes": fewer}, "dask default", colours=["#f5b27a"])
+        _columns(axes["bytes"], sizes, {"bytes sent": fewer}, "dask default", colours=["tab:cyan"])
         axes["bytes"].set_title(f"{datas[0]} data: x fewer bytes sent")
         _finish(fig, path, "dask scatter and gather with the blpickle family, x dask's default serializers")
     plt.close(fig)
