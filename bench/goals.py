@@ -73,7 +73,7 @@ def speed(row: dict, what: str) -> float:
     return row["nbytes"] / 1e6 / row[what]["min"]
 
 
-def _relative(rows: list[dict], method: str, what: str, datasets: tuple[str, ...] | None = None) -> dict[str, float]:
+def relative(rows: list[dict], method: str, what: str, datasets: tuple[str, ...] | None = None) -> dict[str, float]:
     """blpickle default's ``what`` over ``method``'s, per (dataset, size) where both ran."""
     found = {(r["dataset"], r["size"], r["method"]): r for r in rows}
     out = {}
@@ -103,30 +103,30 @@ def check(rows: list[dict], memory: list[dict]) -> list[Goal]:
     for what in _SPEEDS:
         name = "dump" if what == "dump" else "load (hot)"
         goals += [
-            Goal(f"{name} >= 3x joblib lz4", ">=", 3, _relative(arrays, "joblib lz4", what)),
+            Goal(f"{name} >= 3x joblib lz4", ">=", 3, relative(arrays, "joblib lz4", what)),
             Goal(
                 f"{name} >= blosc2 save/load_tensor",
                 ">=",
                 1,
-                _relative(arrays, "blosc2 save_tensor", what),
+                relative(arrays, "blosc2 save_tensor", what),
             ),
         ]
     goals += [
-        Goal("dump >= 20x joblib zlib-3", ">=", 20, _relative(arrays, "joblib zlib-3", "dump")),
+        Goal("dump >= 20x joblib zlib-3", ">=", 20, relative(arrays, "joblib zlib-3", "dump")),
         Goal(
             "dump >= 10x joblib lz4-3 (HC)",
             ">=",
             10,
-            _relative(arrays, "joblib lz4-3 (HC)", "dump"),
+            relative(arrays, "joblib lz4-3 (HC)", "dump"),
         ),
-        Goal("ratio better than joblib lz4", ">", 1, _relative(arrays, "joblib lz4", "ratio")),
-        Goal("ratio >= blosc2 save_tensor", ">=", 1, _relative(arrays, "blosc2 save_tensor", "ratio")),
-        Goal("load (hot) faster than pickle p5", ">", 1, _relative(arrays, "pickle p5", "load_hot")),
+        Goal("ratio better than joblib lz4", ">", 1, relative(arrays, "joblib lz4", "ratio")),
+        Goal("ratio >= blosc2 save_tensor", ">=", 1, relative(arrays, "blosc2 save_tensor", "ratio")),
+        Goal("load (hot) faster than pickle p5", ">", 1, relative(arrays, "pickle p5", "load_hot")),
         Goal(
             "low entropy: dump faster than np.save",
             ">",
             1,
-            _relative(arrays, "np.save", "dump", ("low",)),
+            relative(arrays, "np.save", "dump", ("low",)),
         ),
     ]
     for op in ("dump", "load"):
@@ -139,13 +139,13 @@ def check(rows: list[dict], memory: list[dict]) -> list[Goal]:
                 f"object-heavy graph: {name} within 10% of pickle",
                 ">=",
                 1 / 1.1,
-                _relative([r for r in graphs if r["dataset"] == "objects"], "pickle p5", what),
+                relative([r for r in graphs if r["dataset"] == "objects"], "pickle p5", what),
             ),
             Goal(
                 f"many small arrays (forest): {name} within 30% of pickle",
                 ">=",
                 1 / 1.3,
-                _relative([r for r in graphs if r["dataset"] == "forest"], "pickle p5", what),
+                relative([r for r in graphs if r["dataset"] == "forest"], "pickle p5", what),
             ),
             Goal(
                 f"{name} speed does not fall with size (>= 0.9 of mid)",

@@ -19,6 +19,7 @@ import blpickle
 
 from .contenders import DEFAULT
 from .datasets import ENTROPIES, SIZES
+from .goals import relative as goals_relative
 from .goals import speed
 
 matplotlib.use("Agg")
@@ -167,6 +168,38 @@ def summary_text(doc: dict) -> str:
     return "\n".join(out)
 
 
+#: The peers of the summary table, as the pages name them.
+_SUMMARY_PEERS = {
+    "pickle p5": "`pickle` protocol 5",
+    "np.save": "`np.save`",
+    "blosc2 save_tensor": "`blosc2.save_tensor`",
+    "joblib lz4": '`joblib.dump(compress="lz4")`',
+    "joblib zlib-3": "`joblib.dump(compress=3)` (zlib)",
+    "np.savez_compressed": "`np.savez_compressed`",
+}
+
+
+def summary_table(rows: list[dict]) -> list[tuple[str, ...]]:
+    """blpickle default against each peer on the arrays of mid size and up: the range (worst
+    to best dataset and size) of how many times faster it dumps and loads (hot) and how many
+    times smaller its file is."""
+    arrays = [r for r in rows if r["size"] not in ("small", "graph")]
+
+    def times(value: float) -> str:
+        return f"{value:.2f}" if value < 2 else f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+    def span(values: Iterable[float]) -> str:
+        ordered = sorted(values)
+        return f"{times(ordered[0])}-{times(ordered[-1])}x" if ordered else "-"
+
+    lines = [("peer", "dump: blpickle is", "load: blpickle is", "file: blpickle's is")]
+    for method, label in _SUMMARY_PEERS.items():
+        found = [goals_relative(arrays, method, what).values() for what in ("dump", "load_hot", "ratio")]
+        if any(found):
+            lines.append((label, f"{span(found[0])} faster", f"{span(found[1])} faster", f"{span(found[2])} smaller"))
+    return lines
+
+
 def markdown_report(doc: dict) -> str:
     """The whole run as Markdown: machine, one table per group, memory, threads, goals."""
     m = doc["machine"]
@@ -179,6 +212,7 @@ def markdown_report(doc: dict) -> str:
         f"{doc['settings']['load_average_at_end']:.1f} at the end. "
         "Speeds are MB/s of the best run, the median run in parentheses.",
     ]
+    out += ["\n**blpickle's default against each peer, 80 MB and up**\n", markdown_table(summary_table(doc["rows"]))]
     for group in groups(doc["rows"]):
         out += [f"\n**{group_title(group)}**\n", markdown_table(group_table(group))]
     if doc["memory"]:

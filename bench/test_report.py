@@ -32,3 +32,29 @@ def test_the_charts_of_a_result_are_drawn(tmp_path: Path, stem: str, charts: lis
 def test_a_result_of_another_kind_draws_nothing(tmp_path: Path) -> None:
     assert report.plot_integrations({"rows": []}, str(tmp_path), "full") == []
     assert list(tmp_path.iterdir()) == []
+
+
+def _row(method: str, dump_s: float, load_s: float, ratio: float, dataset: str = "low") -> dict:
+    return {
+        "dataset": dataset,
+        "size": "mid",
+        "nbytes": 80_000_000,
+        "method": method,
+        "dump": {"min": dump_s},
+        "load_hot": {"min": load_s},
+        "ratio": ratio,
+    }
+
+
+def test_the_summary_gives_the_range_of_the_default_over_each_peer() -> None:
+    rows = [
+        _row("blpickle default", 0.1, 0.05, 10.0),
+        _row("pickle p5", 0.2, 0.2, 1.0),
+        _row("blpickle default", 0.1, 0.1, 2.0, "high"),
+        _row("pickle p5", 0.05, 0.3, 1.0, "high"),
+        {**_row("pickle p5", 9.0, 9.0, 1.0), "size": "small"},  # under 80 MB: left out
+    ]
+    assert report.summary_table(rows) == [
+        ("peer", "dump: blpickle is", "load: blpickle is", "file: blpickle's is"),
+        ("`pickle` protocol 5", "0.50-2.0x faster", "3.0-4.0x faster", "2.0-10x smaller"),
+    ]
