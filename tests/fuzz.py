@@ -27,8 +27,10 @@ The targets fall in two classes, reported apart:
   outside blpickle that the pickle calls raise, as ``pickle.loads`` raises them), crashes,
   hangs and memory over the bound.
 
-Cases run in batches in worker subprocesses, so that a crash or a hang costs one case; each
-case is reproducible from its seed and number::
+Cases run in batches in worker subprocesses, each case in a child forked from its clean
+worker, so that a crash or a hang costs one case and what an unrestricted load leaves behind
+(a heap corrupted by numpy's reconstructors) cannot crash the next case; each case is
+reproducible from its seed and number::
 
     python tests/fuzz.py --cases 100000             # the long run (docs/security.md)
     python tests/fuzz.py --seed 0 --case 1234       # one case, in this process, with tracebacks
@@ -49,6 +51,7 @@ import queue
 import random
 import resource
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -785,19 +788,44 @@ def worker(seed: int, start: int, stop: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "case.blp")
         for number in range(start, stop):
-            announce = functools.partial(_announce, out, number)
-            announce("the mutator")  # a bug of the fuzzer's own is not the library's crash
-            case, data = make_case(seed, number)
-            began = time.perf_counter()
-            failures, peaks = run_case(case, data, path, starting=announce)
-            seconds = time.perf_counter() - began
-            doc = {
-                "done": number,
-                "rss": peaks,
-                "seconds": seconds,
-                "failures": [dataclasses.asdict(f) for f in failures],
-            }
-            out.write(json.dumps(doc) + "\n")
+            _run_forked(out, seed, number, path)
+
+
+def _run_forked(out: io.TextIOBase, seed: int, number: int, path: str) -> None:
+    """Run case ``number`` in a forked child of the worker and report it on ``out``; a child
+    that dies is reported as a crash of the target it was running. Each case thus starts
+    from the same clean worker: an unrestricted load may leave the heap corrupted without
+    crashing (pickle's own unsafety), and the next case would crash for it."""
+    started_read, started_write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(started_read)
+
+        def announce(target: str) -> None:
+            _announce(out, number, target)
+            os.write(started_write, target.encode() + b"\n")
+
+        announce("the mutator")  # a bug of the fuzzer's own is not the library's crash
+        case, data = make_case(seed, number)
+        began = time.perf_counter()
+        failures, peaks = run_case(case, data, path, starting=announce)
+        doc = {
+            "done": number,
+            "rss": peaks,
+            "seconds": time.perf_counter() - began,
+            "failures": [dataclasses.asdict(f) for f in failures],
+        }
+        out.write(json.dumps(doc) + "\n")
+        out.flush()
+        os._exit(0)
+    os.close(started_write)
+    _, status = os.waitpid(child, 0)
+    with os.fdopen(started_read, "rb") as started:
+        targets = started.read().decode().splitlines()
+    if status:
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        target = targets[-1] if targets else "the mutator"
+        out.write(json.dumps({"crash": f"{number}: {target} ({code})", "done": number}) + "\n")
 
 
 def _target_of(event: str) -> str:
@@ -866,20 +894,23 @@ _WORKER_ENV = {
 
 
 def _batches(seed: int, start: int, stop: int, timeout: float) -> Iterator[dict[str, Any]]:
-    """Run cases ``start`` to ``stop`` in worker subprocesses; yield their reports, and
-    ``{"crash": "case: target (exit status)"}`` or ``{"hang": "case: target"}`` for a case
-    that killed or stalled its worker (the next worker goes on after it)."""
+    """Run cases ``start`` to ``stop`` in worker subprocesses; yield their reports (a case
+    whose forked child died: ``{"crash": "case: target (exit status)"}``), and a crash or
+    ``{"hang": "case: target"}`` for a case that killed or stalled its worker (the next
+    worker goes on after it)."""
     while start < stop:
         command = [sys.executable, os.path.abspath(__file__), "--worker", "--seed", str(seed),
                    "--start", str(start), "--cases", str(stop - start)]  # fmt: skip
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=_WORKER_ENV)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=_WORKER_ENV, start_new_session=True
+        )
         current, target = start, ""
         try:
             while True:
                 ready, _, _ = select.select([process.stdout], [], [], timeout)
                 if not ready:
                     yield {"hang": f"{current}: {target}"}
-                    process.kill()
+                    os.killpg(process.pid, signal.SIGKILL)  # the worker and the case's child
                     break
                 line = process.stdout.readline()
                 if not line:

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import copy
 import gc
+import io
+import json
+import os
 import pickle
 import re
+import signal
 import threading
+import warnings
 
 import bombs
 import fuzz
@@ -446,3 +451,20 @@ def test_a_failed_load_leaves_no_chunk_decompressing(monkeypatch):
     release.set()
     blpickle.pool.shared_pool(2).submit(lambda: None).result()  # every chunk queued before it has started
     assert len(calls) < 16  # the first chunks, and those the pool had started (of 1024)
+
+
+def test_a_case_whose_child_dies_is_a_crash_of_the_target_it_ran(monkeypatch, tmp_path):
+    """The fuzzer runs each case in a child forked from its worker: a child killed while it
+    ran a target is reported as that target's crash, and the worker goes on."""
+
+    def crash(case, data, path, starting):
+        starting("inspect")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(fuzz, "run_case", crash)
+    out = io.StringIO()
+    monkeypatch.setattr(out, "flush", lambda: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a process with threads
+        fuzz._run_forked(out, 2026, 7, str(tmp_path / "case.blp"))
+    assert json.loads(out.getvalue().splitlines()[-1]) == {"crash": "7: inspect (-9)", "done": 7}
