@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("\nGoals, from this run:")
         print("\n".join(f"  {goal['status']:4s}  {goal['summary']}" for goal in doc["goals"]))
-        write_json(doc, args.out, "-".join(sections) + ("-quick" if args.quick else ""))
+        write_sections(doc, args.out, "-".join(sections) + ("-quick" if args.quick else ""))
     print(f"\nDone in {doc['settings']['seconds']} s.")
     return 0
 
@@ -263,6 +263,14 @@ def write_json(doc: dict, out: str, stem: str) -> None:
     with open(os.path.join(out, f"{stem}.json"), "w") as file:
         json.dump(doc, file, indent=1)
     print(f"Results: {out}/{stem}.json")
+
+
+def write_sections(doc: dict, out: str, stem: str) -> None:
+    """Write ``<stem>.json`` and the Markdown tables of its sections, ``<stem>.md``, into ``out``."""
+    write_json(doc, out, stem)
+    with open(os.path.join(out, f"{stem}.md"), "w") as file:
+        file.write(section_tables.markdown(doc) + "\n")
+    print(f"Results: {out}/{stem}.md")
 
 
 def write_results(doc: dict, out: str, stem: str) -> None:
