@@ -6,6 +6,7 @@ here asserts a timing: only that every row is measured and every goal finds its 
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -15,6 +16,7 @@ import pytest
 import blpickle
 
 from . import fixed_cost, goals, pipeline, processes_bench, section_tables, small_tasks, timing
+from .__main__ import write_sections
 
 
 def test_fixed_cost_rows_feed_every_goal(tmp_path) -> None:
@@ -104,7 +106,7 @@ def test_pareto_finds_dominating_peers_and_covering_presets() -> None:
     assert status["Pareto (b): a preset as good as better peer on all three (margin)"] == "FAIL"
 
 
-def test_section_tables_render_every_section_and_its_goals() -> None:
+def test_section_tables_render_every_section_and_its_goals(tmp_path) -> None:
     fixed = fixed_cost.measure_memory(rounds=1, seconds=1e-4)
     lines = pipeline.measure("low", nbytes=4_000_000, rounds=1)
     doc = {
@@ -116,6 +118,10 @@ def test_section_tables_render_every_section_and_its_goals() -> None:
     assert "| tiny dict {'a': 1} | size |" in text and "| low, 4 MB | load |" in text
     assert "| load pipeline >= 0.95x Blosc2's own throughput, same parameters |" in text
     assert "3x joblib lz4" not in text  # the study's goals stay in the study's report
+
+    write_sections(doc, str(tmp_path), "fixed-pipeline")
+    with open(tmp_path / "fixed-pipeline.md") as markdown, open(tmp_path / "fixed-pipeline.json") as saved:
+        assert markdown.read() == text + "\n" and section_tables.markdown(json.load(saved)) == text
 
 
 def test_durable_pickle_dump_replaces_the_file_whole(tmp_path) -> None:
