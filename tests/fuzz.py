@@ -43,6 +43,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import gc
 import io
 import json
 import os
@@ -717,6 +718,8 @@ def run_case(
         if name == "loads" and listed is not None and _unlisted(IMPORTED, listed):
             error = f"Unlisted: loads imported {_unlisted(IMPORTED, listed)[:3]}, inspect listed {list(listed)[:5]}"
             failures.append(failed("inspect", error[:300]))
+        result = None
+        gc.collect()  # a heap the target damaged faults here, while it is still the target running
     return failures, peaks
 
 
@@ -799,25 +802,29 @@ def _run_forked(out: io.TextIOBase, seed: int, number: int, path: str) -> None:
     started_read, started_write = os.pipe()
     child = os.fork()
     if child == 0:
-        os.close(started_read)
+        status = 1  # an exception of the fuzzer's own: a crash of what was running
+        try:
+            os.close(started_read)
 
-        def announce(target: str) -> None:
-            _announce(out, number, target)
-            os.write(started_write, target.encode() + b"\n")
+            def announce(target: str) -> None:
+                _announce(out, number, target)
+                os.write(started_write, target.encode() + b"\n")
 
-        announce("the mutator")  # a bug of the fuzzer's own is not the library's crash
-        case, data = make_case(seed, number)
-        began = time.perf_counter()
-        failures, peaks = run_case(case, data, path, starting=announce)
-        doc = {
-            "done": number,
-            "rss": peaks,
-            "seconds": time.perf_counter() - began,
-            "failures": [dataclasses.asdict(f) for f in failures],
-        }
-        out.write(json.dumps(doc) + "\n")
-        out.flush()
-        os._exit(0)
+            announce("the mutator")  # a bug of the fuzzer's own is not the library's crash
+            case, data = make_case(seed, number)
+            began = time.perf_counter()
+            failures, peaks = run_case(case, data, path, starting=announce)
+            doc = {
+                "done": number,
+                "rss": peaks,
+                "seconds": time.perf_counter() - began,
+                "failures": [dataclasses.asdict(f) for f in failures],
+            }
+            out.write(json.dumps(doc) + "\n")
+            out.flush()
+            status = 0
+        finally:  # never back into the worker's code (its temporary directory is the worker's)
+            os._exit(status)
     os.close(started_write)
     _, status = os.waitpid(child, 0)
     with os.fdopen(started_read, "rb") as started:

@@ -455,16 +455,22 @@ def test_a_failed_load_leaves_no_chunk_decompressing(monkeypatch):
 
 def test_a_case_whose_child_dies_is_a_crash_of_the_target_it_ran(monkeypatch, tmp_path):
     """The fuzzer runs each case in a child forked from its worker: a child killed while it
-    ran a target is reported as that target's crash, and the worker goes on."""
+    ran a target, or one whose own (fuzzer) code raised, is reported as a crash of what it
+    was running, and the worker goes on to the next case."""
 
-    def crash(case, data, path, starting):
+    def killed(case, data, path, starting):
         starting("inspect")
         os.kill(os.getpid(), signal.SIGKILL)
 
-    monkeypatch.setattr(fuzz, "run_case", crash)
+    def mutator_bug(seed, number):
+        raise ValueError("a bug of the fuzzer's own")
+
     out = io.StringIO()
-    monkeypatch.setattr(out, "flush", lambda: None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a process with threads
+        monkeypatch.setattr(fuzz, "run_case", killed)
         fuzz._run_forked(out, 2026, 7, str(tmp_path / "case.blp"))
-    assert json.loads(out.getvalue().splitlines()[-1]) == {"crash": "7: inspect (-9)", "done": 7}
+        monkeypatch.setattr(fuzz, "make_case", mutator_bug)
+        fuzz._run_forked(out, 2026, 8, str(tmp_path / "case.blp"))
+    reports = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert reports == [{"crash": "7: inspect (-9)", "done": 7}, {"crash": "8: the mutator (1)", "done": 8}]
