@@ -230,7 +230,7 @@ def main() -> None:
     with open(args.json, "w") as file:
         json.dump(
             {
-                "args": vars(args),
+                "args": {name: value for name, value in vars(args).items() if name != "json"},
                 "cpus": os.cpu_count(),
                 "s3_server": where if args.s3_mb else None,
                 "rows": rows,

@@ -19,8 +19,7 @@ import blpickle
 
 from .contenders import DEFAULT
 from .datasets import ENTROPIES, SIZES
-from .goals import relative as goals_relative
-from .goals import speed
+from .goals import relative, speed
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -181,8 +180,8 @@ _SUMMARY_PEERS = {
 
 def summary_table(rows: list[dict]) -> list[tuple[str, ...]]:
     """blpickle default against each peer on the arrays of mid size and up: the range (worst
-    to best dataset and size) of how many times faster it dumps and loads (hot) and how many
-    times smaller its file is."""
+    to best dataset and size) of its dump and hot load speed over the peer's, and of the
+    peer's file size over its own."""
     arrays = [r for r in rows if r["size"] not in ("small", "graph")]
 
     def times(value: float) -> str:
@@ -192,11 +191,11 @@ def summary_table(rows: list[dict]) -> list[tuple[str, ...]]:
         ordered = sorted(values)
         return f"{times(ordered[0])}-{times(ordered[-1])}x" if ordered else "-"
 
-    lines = [("peer", "dump: blpickle is", "load: blpickle is", "file: blpickle's is")]
+    lines = [("peer", "dump speed, x the peer's", "load speed, x the peer's", "peer's file size, x blpickle's")]
     for method, label in _SUMMARY_PEERS.items():
-        found = [goals_relative(arrays, method, what).values() for what in ("dump", "load_hot", "ratio")]
+        found = [relative(arrays, method, what).values() for what in ("dump", "load_hot", "ratio")]
         if any(found):
-            lines.append((label, f"{span(found[0])} faster", f"{span(found[1])} faster", f"{span(found[2])} smaller"))
+            lines.append((label, *map(span, found)))
     return lines
 
 
@@ -212,7 +211,10 @@ def markdown_report(doc: dict) -> str:
         f"{doc['settings']['load_average_at_end']:.1f} at the end. "
         "Speeds are MB/s of the best run, the median run in parentheses.",
     ]
-    out += ["\n**blpickle's default against each peer, 80 MB and up**\n", markdown_table(summary_table(doc["rows"]))]
+    out += [
+        "\n**blpickle's default against each peer, arrays of mid size and up**\n",
+        markdown_table(summary_table(doc["rows"])),
+    ]
     for group in groups(doc["rows"]):
         out += [f"\n**{group_title(group)}**\n", markdown_table(group_table(group))]
     if doc["memory"]:

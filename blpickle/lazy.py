@@ -85,19 +85,22 @@ class LazyArray:
             return iter(np.asarray(self))
         return self._blocks()
 
+    @property
+    def _row_bytes(self) -> int:
+        """The bytes of one row of the leading axis (0 when it has none)."""
+        return self.nbytes // self.shape[0] if self.shape[0] else 0
+
     def _blocks(self) -> Iterator[Any]:
         """Yield the rows of a C-order array, read the rows of one chunk at a time (at least
         one row; `RAW_BLOCK` bytes of rows for an uncompressed array)."""
-        row = self.nbytes // self.shape[0] if self.shape[0] else 0
         block = self._info.chunk_size if self._info.codec is not None else RAW_BLOCK
-        step = max(block // row, 1) if row else max(self.shape[0], 1)
+        step = max(block // self._row_bytes, 1) if self._row_bytes else max(self.shape[0], 1)
         for start in range(0, self.shape[0], step):
             yield from self._rows(start, min(start + step, self.shape[0]))
 
     def _rows(self, start: int, stop: int) -> np.ndarray:
         """Read rows ``start:stop`` of the leading axis (only the chunks holding them)."""
-        row = self.nbytes // self.shape[0] if self.shape[0] else 0
-        data = self._record.read_bytes(self._info.position, start * row, stop * row)
+        data = self._record.read_bytes(self._info.position, start * self._row_bytes, stop * self._row_bytes)
         return data.view(self.dtype).reshape((stop - start, *self.shape[1:]))
 
 
