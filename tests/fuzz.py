@@ -781,6 +781,7 @@ def worker(seed: int, start: int, stop: int) -> None:
     for kind in KINDS:
         _base(kind)
     record_imports()
+    gc.freeze()  # the worker's objects: the collections after each target skip them
     # A case that allocates without bound gets a MemoryError, not the machine's memory.
     address_space = _status("VmSize") + ADDRESS_SPACE_BOUND
     resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.getrlimit(resource.RLIMIT_AS)[1]))
