@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import tempfile
-import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -52,23 +51,6 @@ def _arrays(total_mb: int) -> dict[str, np.ndarray]:
     return {f"a{i:04d}": base + i for i in range(count)}
 
 
-def _best(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def _interleaved(fast: Callable[[], Any], slow: Callable[[], Any], repeat: int) -> tuple[float, float]:
-    fast_times, slow_times = [], []
-    for _ in range(repeat):
-        fast_times.append(_best(fast, 1))
-        slow_times.append(_best(slow, 1))
-    return min(fast_times), min(slow_times)
-
-
 def _peak(fn: Callable[[], Any]) -> int:
     tracemalloc.start()
     try:
@@ -87,14 +69,8 @@ def one_array(url: str, obj: dict[str, np.ndarray], repeat: int, where: str) -> 
             return rec[name]
 
     assert np.array_equal(read_one(), obj[name])
-    fast, slow = _interleaved(read_one, lambda: blpickle.load(url), repeat)
-    return {
-        "case": f"one 8 MB array of a {sum(a.nbytes for a in obj.values()) // MB} MB record ({where})",
-        "open_s": fast,
-        "load_s": slow,
-        "speedup": slow / fast,
-        "open_peak_mb": _peak(read_one) / MB,
-    }
+    case = f"one 8 MB array of a {sum(a.nbytes for a in obj.values()) // MB} MB record ({where})"
+    return _against_load(case, read_one, url, repeat)
 
 
 def row_slice(path: str, array: np.ndarray, repeat: int) -> dict[str, Any]:
@@ -106,14 +82,15 @@ def row_slice(path: str, array: np.ndarray, repeat: int) -> dict[str, Any]:
             return rec.lazy("array")[middle : middle + 1000]
 
     assert np.array_equal(read_rows(), array[middle : middle + 1000])
-    fast, slow = _interleaved(read_rows, lambda: blpickle.load(path), repeat)
-    return {
-        "case": f"1,000 rows of a {array.nbytes // MB} MB array {array.shape} (disk)",
-        "open_s": fast,
-        "load_s": slow,
-        "speedup": slow / fast,
-        "open_peak_mb": _peak(read_rows) / MB,
-    }
+    return _against_load(f"1,000 rows of a {array.nbytes // MB} MB array {array.shape} (disk)", read_rows, path, repeat)
+
+
+def _against_load(case: str, read: Callable[[], Any], url: str, repeat: int) -> dict[str, Any]:
+    """The row of ``case``: the best times of ``read`` and of loading the record at ``url``,
+    in interleaved rounds, the speedup, and the peak memory of ``read``."""
+    times = interleaved({"open": read, "load": lambda: blpickle.load(url)}, repeat, 0.0)
+    fast, slow = times["open"]["min"], times["load"]["min"]
+    return {"case": case, "open_s": fast, "load_s": slow, "speedup": slow / fast, "open_peak_mb": _peak(read) / MB}
 
 
 def s3_transfer(url: str, client: Any, obj: dict[str, np.ndarray], path: str, repeat: int, where: str) -> list[dict]:

@@ -29,11 +29,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
-
 from .errors import CorruptError, LoadError
 from .format import Header
-from .reader import RecordReader
+from .reader import RecordReader, byte_view
 
 __all__ = [
     "ARGUMENT",
@@ -59,7 +57,8 @@ _STOP = pickle.STOP[0]
 _PAYLOADS = frozenset(
     op[0] for op in (pickle.BINBYTES, pickle.BINBYTES8, pickle.BINUNICODE, pickle.BINUNICODE8, pickle.BYTEARRAY8)
 )
-_COUNT_WIDTHS = {
+#: pickletools' argument kinds whose fixed bytes count the data that follows -> their width.
+COUNT_WIDTHS = {
     pickletools.TAKEN_FROM_ARGUMENT1: 1,
     pickletools.TAKEN_FROM_ARGUMENT4: 4,
     pickletools.TAKEN_FROM_ARGUMENT4U: 4,
@@ -75,8 +74,8 @@ def _arguments() -> dict[int, tuple[int, bool]]:
         n = 0 if op.arg is None else op.arg.n
         if n >= 0:
             table[ord(op.code)] = (n, False)
-        elif n in _COUNT_WIDTHS:
-            table[ord(op.code)] = (_COUNT_WIDTHS[n], True)
+        elif n in COUNT_WIDTHS:
+            table[ord(op.code)] = (COUNT_WIDTHS[n], True)
     table[_FRAME] = (8, True)
     return table
 
@@ -282,7 +281,7 @@ class PickleFile(io.RawIOBase):
                         f"the pickle reaches a splice at offset {layout.start}, the next stream is not that splice"
                     )
                 if len(out) < layout.size:
-                    self._pending = _bytes_of(self._reader.read_stream())
+                    self._pending = byte_view(self._reader.read_stream())
                 else:
                     self._reader.read_stream(out)
             if self._pending:
@@ -335,8 +334,3 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
         file.write(piece)
     file.seek(0)
     return file
-
-
-def _bytes_of(buffer: np.ndarray | memoryview) -> memoryview:
-    """Return a buffer read from a record (an array or a memoryview) as a memoryview of its bytes."""
-    return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")

@@ -23,7 +23,7 @@ from .errors import ChecksumError, CorruptError, LimitError, SignatureError, Tru
 from .pool import map_ordered, shared_pool
 from .sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 
-__all__ = ["RecordReader"]
+__all__ = ["RecordReader", "byte_view"]
 
 
 class RecordReader:
@@ -180,7 +180,7 @@ class RecordReader:
         """
         info = self.header.streams[0]
         if info.raw:
-            return iter([_view(self.read_stream())])
+            return iter([byte_view(self.read_stream())])
         self._next()
         _, chunks = self._read_graph(info, allocate)
         if self._nthreads == 1 or len(chunks) == 1:
@@ -371,7 +371,7 @@ class RecordReader:
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.frame_seed(self._header_checksum, len(self.index))
             self.index.add(offset, csize, stored)
-            dst = None if out is None else _view(out)[start:stop]
+            dst = None if out is None else byte_view(out)[start:stop]
             yield packed, stored, seed, stop - start, dst, what, offset
 
     def _read_raw(
@@ -430,9 +430,9 @@ class RecordReader:
         signed = self._key is not None or self._authenticated is not None
         signer = hashlib.blake2b(digest_size=32) if signed else None
         hasher = xxhash.xxh3_64(seed=seed)
-        whole = None if out is None else _view(out)
+        whole = None if out is None else byte_view(out)
         if whole is None:
-            whole = _view(_allocate(min(size, READ_SIZE), number))
+            whole = byte_view(_allocate(min(size, READ_SIZE), number))
         for start in range(0, size, READ_SIZE):
             count = min(READ_SIZE, size - start)
             piece = whole[start : start + count] if out is not None else whole[:count]
@@ -495,7 +495,7 @@ def _ratio_error(nbytes: int, stored: int) -> LimitError:
     )
 
 
-def _view(buffer: np.ndarray | memoryview) -> memoryview:
+def byte_view(buffer: np.ndarray | memoryview) -> memoryview:
     """Return a buffer (an array or a memoryview) as a memoryview of its bytes."""
     return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")
 

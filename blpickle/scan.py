@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import CorruptError, LimitError
-from .layout import ARGUMENT, DATA, END, FRAME, OPCODE, SPLICE, Layout
+from .layout import ARGUMENT, COUNT_WIDTHS, DATA, END, FRAME, OPCODE, SPLICE, Layout
 
 __all__ = ["MAX_GLOBALS_BYTES", "MAX_MEMO_BYTES", "MAX_MEMO_INDICES", "MAX_NAME", "MAX_STACK", "scan_globals"]
 
@@ -91,11 +91,11 @@ class _Op:
         self.name = info.name
         self.code = ord(info.code)
         n = 0 if info.arg is None else info.arg.n
-        self.width = n if n >= 0 else {-2: 1, -3: 4, -4: 4, -5: 8}.get(n, 0)  # fixed bytes
-        self.counted = n in (-2, -3, -4, -5)  # the fixed bytes count the data that follows
-        self.signed = n == -3
+        self.width = n if n >= 0 else COUNT_WIDTHS.get(n, 0)  # fixed bytes
+        self.counted = n in COUNT_WIDTHS  # the fixed bytes count the data that follows
+        self.signed = n == pickletools.TAKEN_FROM_ARGUMENT4
         pair = info.arg is not None and info.arg.name == "stringnl_noescape_pair"
-        self.lines = 0 if n != -1 else 2 if pair else 1
+        self.lines = 0 if n != pickletools.UP_TO_NEWLINE else 2 if pair else 1
         self.reader: Any = None if info.arg is None else info.arg.reader
         before = info.stack_before
         self.to_mark = pickletools.markobject in before
