@@ -53,6 +53,11 @@ COMPACT_OVERHEAD = 16 + 8
 _COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, VERSION_MINOR, FLAG_COMPACT)
 #: A compact record's preamble: that prefix and the pickle's size.
 _COMPACT_START = struct.Struct("<12sI")
+# Bound once: the compact record's functions run for every small object.
+_pack_compact_start, _unpack_compact_start = _COMPACT_START.pack, _COMPACT_START.unpack_from
+_pack_u64, _unpack_u64 = U64.pack, U64.unpack_from
+_xxh3 = xxhash.xxh3_64_intdigest
+_PREAMBLE_SIZE, _U64_SIZE = PREAMBLE.size, U64.size
 
 #: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
 ALIGNMENT = 64
@@ -147,8 +152,8 @@ def check_header_size(header_size: int) -> None:
 def encode_compact(pickle: Any) -> bytes:
     """Return the compact record of a pickle: preamble (version 1.1, flag compact, the
     pickle's size), the pickle, then XXH3-64 of both (seed 0)."""
-    head = _COMPACT_START.pack(_COMPACT_PREFIX, len(pickle)) + pickle
-    return head + U64.pack(xxhash.xxh3_64_intdigest(head))
+    head = _pack_compact_start(_COMPACT_PREFIX, len(pickle)) + pickle
+    return head + _pack_u64(_xxh3(head))
 
 
 def compact_size(preamble: bytes) -> int | None:
@@ -156,7 +161,7 @@ def compact_size(preamble: bytes) -> int | None:
     blpickle writes (1.1, flags compact only); None for any other 16 bytes."""
     if len(preamble) != PREAMBLE.size:
         return None
-    prefix, size = _COMPACT_START.unpack(preamble)
+    prefix, size = _unpack_compact_start(preamble)
     return size if prefix == _COMPACT_PREFIX else None
 
 
@@ -169,15 +174,11 @@ def checked_compact_pickle(data: Any) -> Any:
         data = memoryview(data).cast("B")
     if len(data) < COMPACT_OVERHEAD:
         return None
-    prefix, size = _COMPACT_START.unpack_from(data)
-    end = PREAMBLE.size + size
-    if (
-        prefix != _COMPACT_PREFIX
-        or len(data) < end + U64.size
-        or xxhash.xxh3_64_intdigest(data[:end]) != U64.unpack_from(data, end)[0]
-    ):
+    prefix, size = _unpack_compact_start(data)
+    end = _PREAMBLE_SIZE + size
+    if prefix != _COMPACT_PREFIX or len(data) < end + _U64_SIZE or _xxh3(data[:end]) != _unpack_u64(data, end)[0]:
         return None
-    return data[PREAMBLE.size : end]
+    return data[_PREAMBLE_SIZE:end]
 
 
 def compact_header(pickle: Any) -> Header:

@@ -156,6 +156,16 @@ class _OutOfBand:
         if self.used() or self._aliases:
             self.reset()
 
+    def release_if_unused(self) -> bool:
+        """If the last pickle stream met no buffer, forget the small arrays it remembered as
+        possible view bases and return True (its record can be compact); else return False,
+        keeping everything for the full record."""
+        if self._slots or self._placeholders or self.streams:
+            return False
+        if self._aliases is not None:
+            self._aliases.clear()
+        return True
+
     def reduce_ndarray(self, array: np.ndarray) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
         `take_buffer`, a copy in band, a view of an array reduced before whose memory holds
@@ -442,16 +452,16 @@ def dumps(
         # not kept.
         idle = _IDLE.__dict__
         pickler = idle.pop("pickler", None)
-        if pickler is None or pickler.options is not PRESETS["default"]:
+        if pickler is None or pickler.options is not _DEFAULT_OPTIONS:
             pickler = Pickler(io.BytesIO())
         graph = pickler._graph
         try:
             _C_DUMP(pickler, obj)
             tail = graph._tail
-            if graph._packed is None and fits_compact(len(tail), 0, (), None) and not pickler._out_of_band.used():
+            small = graph._packed is None and fits_compact(len(tail), 0, (), None)
+            if small and pickler._out_of_band.release_if_unused():
                 record = fmt.encode_compact(tail)
                 pickler.clear_memo()
-                pickler._out_of_band.forget()  # the small arrays remembered as possible view bases
                 tail.clear()  # encode_compact copied it, and nothing else refers to it
             else:
                 record = pickler._full_record_bytes(obj)
@@ -468,3 +478,4 @@ def dumps(
 #: Each thread's idle `Pickler` with the default options, for `dumps` without arguments.
 _IDLE = threading.local()
 _C_DUMP = pickle.Pickler.dump
+_DEFAULT_OPTIONS = PRESETS["default"]

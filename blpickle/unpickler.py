@@ -152,10 +152,14 @@ class Unpickler(pickle.Unpickler):
         if size is None or size >= COMPACT_LIMIT:
             return self._load_from(FileSource(self._file, pos=len(preamble)), preamble)
         record = preamble + _read_upto(self._file, size + fmt.U64.size)
-        loaded = _load_compact(record, *self._settings)
-        if loaded is _NOT_LOADED:
-            return self._load_from(MemorySource(memoryview(record), len(preamble)), preamble)
-        return loaded
+        body = fmt.checked_compact_pickle(record)
+        if body is not None:
+            fix_imports, encoding, errors = self._settings
+            try:
+                return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors)
+            except Exception as exc:
+                _raise_compact_error(exc)
+        return self._load_from(MemorySource(memoryview(record), len(preamble)), preamble)
 
     def _load_record(self, magic: bytes) -> Any:
         """Load the record whose magic was just read, by reading the file, or with
@@ -383,9 +387,12 @@ def loads(
     if isinstance(data, str):
         raise TypeError("a bytes-like object is required, not 'str'")
     if not safe and not allowed and key is None:
-        loaded = _load_compact(data, fix_imports, encoding, errors)
-        if loaded is not _NOT_LOADED:
-            return loaded
+        body = fmt.checked_compact_pickle(data)
+        if body is not None:
+            try:
+                return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors)
+            except Exception as exc:
+                _raise_compact_error(exc)
     view = memoryview(data).cast("B")
     head = bytes(view[: len(fmt.MAGIC)])
     unpickler = Unpickler(
@@ -404,33 +411,15 @@ def loads(
     return unpickler._load_from(MemorySource(view, len(fmt.MAGIC)), head)
 
 
-#: What `_load_compact` returns for anything it does not load.
-_NOT_LOADED = object()
-
-
-def _load_compact(record: Any, fix_imports: bool, encoding: str, errors: str) -> Any:
-    """Return the object of the compact record ``record`` holds from its start (bytes-like),
-    once its checksum is right, unpickled with ``pickle.loads`` and the arguments of
-    ``pickle.Unpickler`` given; `_NOT_LOADED` for anything else, a malformed pickle included
-    (the caller then reads it as every record, to report what is wrong with it).
-
-    Raises:
-        what Python code the pickle calls raises, as for every record (see `_graph_error`),
-        without running it a second time.
-    """
-    body = fmt.checked_compact_pickle(record)
-    if body is None:
-        return _NOT_LOADED
-    try:
-        return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=())
-    except BlpickleError:
-        raise
-    except Exception as exc:
-        if len(traceback.extract_tb(exc.__traceback__)) > 1:  # raised by Python code the pickle called
-            error = _graph_error(exc, True)
-            if error is exc:
-                raise
-            raise error from exc
-    # raised by the unpickler itself: a malformed pickle, which the record reader refuses
-    # with the reason (sizes past its end before they are allocated)
-    return _NOT_LOADED
+def _raise_compact_error(exc: Exception) -> None:
+    """Raise what a compact record's pickle raised, when Python code the pickle called raised
+    it, as for every record (see `_graph_error`); return when the unpickler itself refused
+    the pickle, which the caller then reads as every record, to report what is wrong with it
+    (sizes past its end before they are allocated). The pickle's code is never run twice."""
+    if isinstance(exc, BlpickleError):
+        raise exc
+    if len(traceback.extract_tb(exc.__traceback__)) > 1:  # raised by Python code the pickle called
+        error = _graph_error(exc, True)
+        if error is exc:
+            raise exc
+        raise error from exc
