@@ -4,6 +4,7 @@ ProcessPoolExecutor send objects with blpickle under fork, spawn and forkserver.
 from __future__ import annotations
 
 import concurrent.futures
+import copyreg
 import gc
 import multiprocessing
 import os
@@ -110,6 +111,29 @@ def test_an_object_without_big_buffers_is_one_plain_pickle_message():
     loaded = pickle.loads(data)
     assert loaded["a"] == 1 and loaded["f"] is echo
     assert_same_array(obj["small"], loaded["small"])
+
+
+class _Point:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
+def _point_as_tuple(point: _Point) -> tuple:
+    return tuple, ((point.x,),)
+
+
+def test_each_message_uses_copyregs_reducers_as_they_are_then():
+    reader, writer = bmp.Pipe(duplex=False)
+    writer.send(_Point(1))
+    assert reader.recv().x == 1
+    copyreg.pickle(_Point, _point_as_tuple)
+    try:
+        writer.send(_Point(2))
+        assert reader.recv() == (2,)
+    finally:
+        del copyreg.dispatch_table[_Point]
+    writer.send(_Point(3))
+    assert reader.recv().x == 3
 
 
 def test_an_object_with_big_buffers_has_a_head_and_its_buffers_follow():
@@ -464,6 +488,7 @@ def test_functions_and_lambdas_defined_in_main(tmp_path):
         tmp_path,
         """
         import concurrent.futures
+import copyreg
         import numpy as np
         from blpickle.integrations import multiprocessing as bmp
 

@@ -54,8 +54,18 @@ def _forking_reducers() -> dict[Any, Any]:
 
 
 def dispatch_table() -> dict[Any, Any]:
-    """The reducers of a message: copyreg's (as they are now) and multiprocessing's."""
-    return {**copyreg.dispatch_table, **_forking_reducers()}
+    """The reducers of a message: copyreg's (as they are now) and multiprocessing's. The
+    merged table is kept while copyreg's stays equal to the copy taken with it."""
+    global _TABLE
+    current = copyreg.dispatch_table
+    if _TABLE is None or _TABLE[0] != current:
+        _TABLE = (dict(current), {**current, **_forking_reducers()})
+    return _TABLE[1]
+
+
+#: A copy of copyreg's dispatch table, and `dispatch_table` merged from it (never changed:
+#: every pickler copies it into a table of its own).
+_TABLE: tuple[dict[Any, Any], dict[Any, Any]] | None = None
 
 
 class Message:

@@ -277,8 +277,9 @@ def pickle_graph(
     pickler.dispatch_table = _with_arrays(table, arrays.reduce_array, wrap_arrays)
     try:
         pickler.dump(obj)
-        if not (main_by_value and _MAIN.search(file.getbuffer())):
-            return file.getbuffer(), arrays.buffers
+        graph = file.getbuffer()
+        if not (main_by_value and _MAIN.search(graph)):
+            return graph, arrays.buffers
     except Exception:
         if wire.options.pickler != "cloudpickle":
             raise
