@@ -488,7 +488,6 @@ def test_functions_and_lambdas_defined_in_main(tmp_path):
         tmp_path,
         """
         import concurrent.futures
-import copyreg
         import numpy as np
         from blpickle.integrations import multiprocessing as bmp
 
