@@ -26,7 +26,7 @@ from ..errors import CorruptError
 from . import _wire
 from ._wire import WireOptions
 
-__all__ = ["DESC", "HEAD", "MAGIC", "Connection", "Message", "Pipe", "dispatch_table", "make_pipe"]
+__all__ = ["DESC", "HEAD", "MAGIC", "Connection", "Message", "Pipe", "dispatch_tables", "make_pipe"]
 
 MAGIC = b"\xb1BLW"
 _VERSION = 2
@@ -53,19 +53,9 @@ def _forking_reducers() -> dict[Any, Any]:
     return {cls: reducer for cls, reducer in table.items() if copyreg.dispatch_table.get(cls) is not reducer}
 
 
-def dispatch_table() -> dict[Any, Any]:
-    """The reducers of a message: copyreg's (as they are now) and multiprocessing's. The
-    merged table is kept while copyreg's stays equal to the copy taken with it."""
-    global _TABLE
-    current = copyreg.dispatch_table
-    if _TABLE is None or _TABLE[0] != current:
-        _TABLE = (dict(current), {**current, **_forking_reducers()})
-    return _TABLE[1]
-
-
-#: A copy of copyreg's dispatch table, and `dispatch_table` merged from it (never changed:
-#: every pickler copies it into a table of its own).
-_TABLE: tuple[dict[Any, Any], dict[Any, Any]] | None = None
+def dispatch_tables() -> _wire.Tables:
+    """The reducers of a message: copyreg's (as they are now) and multiprocessing's."""
+    return (copyreg.dispatch_table, _forking_reducers())
 
 
 class Message:
@@ -173,7 +163,7 @@ class Connection(_connection.Connection):
     def _encode(self, obj: Any) -> Message:
         """Pickle ``obj`` and decide how each buffer travels; nothing is written yet, so a
         pickling error leaves the connection usable."""
-        graph, buffers = _wire.pickle_graph(obj, self._wire, dispatch_table(), main_by_value=self._main_by_value)
+        graph, buffers = _wire.pickle_graph(obj, self._wire, dispatch_tables(), main_by_value=self._main_by_value)
         if not buffers:
             return Message(graph, buffers)
         _wire.plan_buffers(buffers, self._wire)

@@ -242,26 +242,29 @@ def _cloudpickle_reducers() -> dict:
 class _CloudGraphPickler(cloudpickle.Pickler):
     """cloudpickle for what the C pickler cannot pickle, with the same reducers."""
 
-    def __init__(self, file: Any, table: Mapping, buffer_callback: Any) -> None:
-        self.dispatch_table = {**_cloudpickle_reducers(), **table}  # read by __init__
+    def __init__(self, file: Any, table: dict[Any, Any], buffer_callback: Any) -> None:
+        self.dispatch_table = table  # read by __init__
         super().__init__(file, protocol=5, buffer_callback=buffer_callback)
 
 
 #: A reducer of numpy arrays, as a dispatch table holds it.
 ArrayReducer = Callable[[np.ndarray], Any]
+#: A host's reducers: dispatch tables merged in order (a later one's reducer wins), once per
+#: pickling, so that each is read as it is then (copyreg's first, as a rule).
+Tables = tuple[Mapping[Any, Any], ...]
 
 
 def pickle_graph(
     obj: Any,
     wire: WireOptions,
-    table: Mapping,
+    tables: Tables,
     *,
     main_by_value: bool = False,
     wrap_arrays: Callable[[ArrayReducer], ArrayReducer] | None = None,
 ) -> tuple[memoryview, list[Buffer]]:
     """Pickle ``obj`` at protocol 5: return the pickle and its out-of-band buffers.
 
-    ``table`` is the host's dispatch table (numpy arrays are added). The C pickler runs
+    ``tables`` are the host's reducers (numpy arrays are added). The C pickler runs
     first; with ``pickler="cloudpickle"`` cloudpickle pickles again what it cannot pickle,
     and, with ``main_by_value``, what it pickled mentioning ``__main__`` (as dask does), so
     that functions and classes of ``__main__`` travel by value to a process that does not
@@ -274,7 +277,7 @@ def pickle_graph(
     arrays = _OutOfBand(wire.inband_size)
     file = io.BytesIO()
     pickler = pickle.Pickler(file, 5, buffer_callback=arrays.take)
-    pickler.dispatch_table = _with_arrays(table, arrays.reduce_array, wrap_arrays)
+    pickler.dispatch_table = _with_arrays(tables, arrays.reduce_array, wrap_arrays)
     try:
         pickler.dump(obj)
         graph = file.getbuffer()
@@ -283,32 +286,40 @@ def pickle_graph(
     except Exception:
         if wire.options.pickler != "cloudpickle":
             raise
-    return _cloudpickle(obj, wire.inband_size, table, True, wrap_arrays)
+    return _cloudpickle(obj, wire.inband_size, tables, True, wrap_arrays)
 
 
-def cloudpickle_in_band(obj: Any, table: Mapping) -> memoryview:
-    """Pickle ``obj`` with cloudpickle and ``table``, every buffer in band (objects whose
+def cloudpickle_in_band(obj: Any, tables: Tables) -> memoryview:
+    """Pickle ``obj`` with cloudpickle and ``tables``, every buffer in band (objects whose
     reducers must run once, such as a process's arguments that hold connections)."""
-    return _cloudpickle(obj, 0, table, False, None)[0]
+    return _cloudpickle(obj, 0, tables, False, None)[0]
 
 
-def _with_arrays(table: Mapping, reducer: ArrayReducer, wrap: Callable[[ArrayReducer], ArrayReducer] | None) -> dict:
+def _with_arrays(tables: Tables, reducer: ArrayReducer, wrap: Callable[[ArrayReducer], ArrayReducer] | None) -> dict:
+    """Return the dispatch table of one pickling: ``tables`` merged (one pass over each: a
+    host's table may hold hundreds of reducers, as copyreg's does once distributed is
+    imported), with ``reducer`` (wrapped by ``wrap``) for numpy arrays."""
     if wrap is not None:
         reducer = wrap(reducer)
-    return {**table, np.ndarray: reducer, np.memmap: reducer}
+    merged: dict[Any, Any] = {}
+    for table in tables:
+        merged.update(table)
+    merged[np.ndarray] = merged[np.memmap] = reducer
+    return merged
 
 
 def _cloudpickle(
     obj: Any,
     inband_size: int,
-    table: Mapping,
+    tables: Tables,
     out_of_band: bool,
     wrap_arrays: Callable[[ArrayReducer], ArrayReducer] | None,
 ) -> tuple[memoryview, list[Buffer]]:
     arrays = _OutOfBand(inband_size, out_of_band)
     file = io.BytesIO()
     callback = arrays.take if out_of_band else None
-    _CloudGraphPickler(file, _with_arrays(table, arrays.reduce_array, wrap_arrays), callback).dump(obj)
+    table = _with_arrays((_cloudpickle_reducers(), *tables), arrays.reduce_array, wrap_arrays)
+    _CloudGraphPickler(file, table, callback).dump(obj)
     return file.getbuffer(), arrays.buffers
 
 

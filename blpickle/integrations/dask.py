@@ -86,7 +86,7 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
     """
     wire = _WIRE
     try:
-        graph, buffers = _wire.pickle_graph(obj, wire, copyreg.dispatch_table, main_by_value=True)
+        graph, buffers = _wire.pickle_graph(obj, wire, (copyreg.dispatch_table,), main_by_value=True)
     except Exception as exc:
         raise NotImplementedError(f"blpickle cannot pickle {type(obj).__name__}: {exc}") from exc
     _wire.plan_buffers(buffers, wire)

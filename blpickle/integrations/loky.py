@@ -170,7 +170,7 @@ class Pickler(pickle.Pickler):
         table = getattr(self, "dispatch_table", None)
         if table is None:
             table = copyreg.dispatch_table
-        graph, buffers = _wire.pickle_graph(obj, wire, table, main_by_value=True, wrap_arrays=_joblib_aware(table))
+        graph, buffers = _wire.pickle_graph(obj, wire, (table,), main_by_value=True, wrap_arrays=_joblib_aware(table))
         try:
             if not buffers:
                 self._bl_file.write(graph)
