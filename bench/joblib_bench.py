@@ -140,7 +140,7 @@ CACHE_SETUPS = {
     "joblib store, compress='blosc'": {"compress": "blosc"},
     "joblib store, uncompressed, mmap_mode='r'": {"mmap_mode": "r"},
     "blpickle store, uncompressed": {"backend": "blpickle"},
-    "blpickle store, compress=True (zstd 1)": {"backend": "blpickle", "compress": True},
+    "blpickle store, compress=True (auto, level 1)": {"backend": "blpickle", "compress": True},
     "blpickle store, uncompressed, mmap_mode='r'": {"backend": "blpickle", "mmap_mode": "r"},
 }
 REFERENCE_SETUP = "joblib store, uncompressed"
