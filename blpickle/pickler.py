@@ -368,11 +368,6 @@ class CloudPickler(_RecordPickler, cloudpickle.Pickler):
 
     _kind = "cloudpickle"
 
-    def _keep_small_buffers_in_band(self) -> None:
-        """Copy buffers under `INBAND_LIMIT` into the pickle stream even in uncompressed
-        records: for records that are read, never memory-mapped."""
-        self._out_of_band.set_small_in_band(True)
-
     def _init_pickler(self, graph: _Graph, protocol: int, fix_imports: bool, callback: Any) -> None:
         cloudpickle.Pickler.__init__(self, graph, protocol, buffer_callback=callback)
 
