@@ -162,6 +162,8 @@ def main() -> None:
     parser.add_argument("--s3-server", default="S3", help="what serves --s3-endpoint (a label)")
     parser.add_argument("--json", default=RESULTS, help="where to write the results")
     args = parser.parse_args()
+    if args.s3_endpoint and not args.s3_mb:
+        parser.error("--s3-endpoint needs --s3-mb (the size of the record stored there)")
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         obj = _arrays(args.record_mb)

@@ -255,7 +255,7 @@ def human_size(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
-def _relative(rows: list[dict], what: str, method: str, dataset: str, size: str) -> float | None:
+def _speed_vs_pickle(rows: list[dict], what: str, method: str, dataset: str, size: str) -> float | None:
     """``method``'s speed on one dataset over pickle's (None if either is missing)."""
     found = {r["method"]: r for r in rows if r["dataset"] == dataset and r["size"] == size and r.get(what)}
     if method not in found or "pickle p5" not in found:
@@ -283,7 +283,7 @@ def plot_headline(rows: list[dict], path: str, size: str = "mid", dataset: str =
     with plt.rc_context({"font.size": 12}):
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
         for ax, what, label in ((axes[0], "dump", "dump"), (axes[1], "load_hot", "load")):
-            _bars(ax, methods, [_relative(rows, what, m, dataset, size) or 0 for m in methods], "{:.2g}x")
+            _bars(ax, methods, [_speed_vs_pickle(rows, what, m, dataset, size) or 0 for m in methods], "{:.2g}x")
             ax.set_title(f"{label} (x pickle)")
         axes[1].set_yticklabels([])
         fig.suptitle(f"{human_size(nbytes)} of {ENTROPY_NAMES[dataset]}: speed as a multiple of pickle's")
@@ -300,7 +300,7 @@ def plot_speeds(rows: list[dict], path: str, size: str) -> None:
         fig, axes = plt.subplots(len(ENTROPIES), 2, figsize=(10, 0.8 + 2.6 * len(ENTROPIES)))
         for i, dataset in enumerate(ENTROPIES):
             for k, (what, label) in enumerate((("dump", "dump"), ("load_hot", "load"))):
-                values = [_relative(rows, what, m, dataset, size) or 0 for m in methods]
+                values = [_speed_vs_pickle(rows, what, m, dataset, size) or 0 for m in methods]
                 _bars(axes[i][k], methods, values, "{:.2g}x")
                 axes[i][k].set_title(f"{ENTROPY_NAMES[dataset]}: {label}")
             axes[i][1].set_yticklabels([])
