@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from typing import Any, BinaryIO
 
 from . import format as fmt
+from .errors import LoadError
 from .files import open_input
 from .layout import splices_of
 from .options import available_threads
@@ -170,7 +171,11 @@ def _graph_globals(pieces: Iterator[memoryview], header: fmt.Header) -> tuple[st
     its end too, so that a checksum error (which a raw stream meets after its last piece)
     is reported rather than what the damage made of the opcodes."""
     try:
-        return scan_globals(pieces, header.protocol, splices_of(header), header.streams[0].nbytes)
-    finally:
+        found = scan_globals(pieces, header.protocol, splices_of(header), header.streams[0].nbytes)
+    except LoadError:
         for _ in pieces:
             pass
+        raise
+    for _ in pieces:
+        pass
+    return found

@@ -462,7 +462,7 @@ def dumps(
         # not kept.
         idle = _IDLE.__dict__
         pickler = idle.pop("pickler", None)
-        if pickler is None or pickler.options is not _DEFAULT_OPTIONS:
+        if pickler is None or pickler.options is not PRESETS["default"]:
             pickler = Pickler(io.BytesIO())
         graph = pickler._graph
         try:
@@ -488,4 +488,3 @@ def dumps(
 #: Each thread's idle `Pickler` with the default options, for `dumps` without arguments.
 _IDLE = threading.local()
 _C_DUMP = pickle.Pickler.dump
-_DEFAULT_OPTIONS = PRESETS["default"]

@@ -412,14 +412,15 @@ def loads(
 
 
 def _raise_compact_error(exc: Exception) -> None:
-    """Raise what a compact record's pickle raised, when Python code the pickle called raised
-    it, as for every record (see `_graph_error`); return when the unpickler itself refused
-    the pickle, which the caller then reads as every record, to report what is wrong with it
-    (sizes past its end before they are allocated). The pickle's code is never run twice."""
+    """Called while handling ``exc``, raised by unpickling a compact record's pickle: raise
+    it when Python code the pickle called raised it, as for every record (see
+    `_graph_error`); return when the unpickler itself refused the pickle, which the caller
+    then reads as every record, to report what is wrong with it (sizes past its end before
+    they are allocated)."""
     if isinstance(exc, BlpickleError):
-        raise exc
+        raise
     if len(traceback.extract_tb(exc.__traceback__)) > 1:  # raised by Python code the pickle called
         error = _graph_error(exc, True)
         if error is exc:
-            raise exc
+            raise
         raise error from exc

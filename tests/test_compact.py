@@ -272,3 +272,10 @@ def test_a_compact_record_over_the_compact_limit_loads_from_a_file():
     stream = io.BytesIO(_compact(body) + blpickle.dumps("next"))
     assert blpickle.load(stream) == b"y" * COMPACT_LIMIT
     assert blpickle.load(stream) == "next"
+
+
+def test_the_kept_pickler_follows_a_changed_default_preset(monkeypatch):
+    blpickle.dumps([1])  # this thread now keeps a pickler with the default options
+    monkeypatch.setitem(blpickle.PRESETS, "default", blpickle.Options(codec=None))
+    info = blpickle.inspect(blpickle.dumps(np.zeros(100_000)))
+    assert [buffer.codec for buffer in info.buffers] == [None]

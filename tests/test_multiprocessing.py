@@ -95,7 +95,7 @@ def test_pipe_round_trip_every_kind_of_buffer(compress, duplex):
 
 def test_auto_compresses_what_pays_and_sends_the_rest_raw():
     wire = _wire.wire_options()
-    _, buffers = _wire.pickle_graph([np.arange(1_000_000), RNG.random(1_000_000), np.arange(100)], wire, {})
+    _, buffers = _wire.pickle_graph([np.arange(1_000_000), RNG.random(1_000_000), np.arange(100)], wire, ())
     assert len(buffers) == 2  # the small one stays in band
     _wire.plan_buffers(buffers, wire)
     assert buffers[0].chunk_size > 0  # compressible: chunks
@@ -165,7 +165,7 @@ def test_read_only_arrays_arrive_writable_small_and_big():
 def test_a_process_argument_pickled_in_band_keeps_read_only_arrays_whole():
     small, big = np.arange(10), np.arange(200_000)
     small.flags.writeable = big.flags.writeable = False
-    loaded = pickle.loads(_wire.cloudpickle_in_band((small, big, lambda: 1), {}))
+    loaded = pickle.loads(_wire.cloudpickle_in_band((small, big, lambda: 1), ()))
     assert_same_array(small, loaded[0])
     assert_same_array(big, loaded[1])
     assert loaded[2]() == 1
@@ -182,8 +182,8 @@ def test_main_functions_go_by_value_only_when_asked(monkeypatch):
     main = sys.modules["__main__"]
     monkeypatch.setattr(main, "blpickle_test_helper", helper, raising=False)
     wire = _wire.wire_options()
-    by_reference, _ = _wire.pickle_graph(helper, wire, {})
-    by_value, _ = _wire.pickle_graph(helper, wire, {}, main_by_value=True)
+    by_reference, _ = _wire.pickle_graph(helper, wire, ())
+    by_value, _ = _wire.pickle_graph(helper, wire, (), main_by_value=True)
     monkeypatch.delattr(main, "blpickle_test_helper")  # as in a child that does not define it
     with pytest.raises(AttributeError):
         pickle.loads(by_reference)
@@ -193,12 +193,12 @@ def test_main_functions_go_by_value_only_when_asked(monkeypatch):
 def test_what_the_c_pickler_cannot_pickle_falls_back_to_cloudpickle():
     wire = _wire.wire_options()
     scale = 3
-    graph, _ = _wire.pickle_graph({"f": lambda x: x * scale, "a": [1, 2]}, wire, {})
+    graph, _ = _wire.pickle_graph({"f": lambda x: x * scale, "a": [1, 2]}, wire, ())
     assert pickle.loads(graph)["f"](2) == 6
     with pytest.raises(TypeError):  # what neither can pickle raises cloudpickle's error
-        _wire.pickle_graph(threading.Lock(), wire, {})
+        _wire.pickle_graph(threading.Lock(), wire, ())
     with pytest.raises((pickle.PicklingError, AttributeError)):  # pickler="pickle": no fallback
-        _wire.pickle_graph(lambda: 1, _wire.wire_options(pickler="pickle"), {})
+        _wire.pickle_graph(lambda: 1, _wire.wire_options(pickler="pickle"), ())
 
 
 def test_lambda_and_closure_travel():
