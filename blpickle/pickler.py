@@ -126,17 +126,12 @@ class _OutOfBand:
         self.streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset), pickle order
         self._protocol = protocol
         self._user_callback = user_callback
-        self.set_small_in_band(options.codec is not None)
+        self._codec = options.codec
+        # small arrays are copied in band (and compressed with the pickle stream)
+        self._copy_small_arrays = protocol >= 5 and user_callback is None and options.codec is not None
         # arrays viewing the memory of one reduced before them are reduced to views of it
         self._aliases = Aliases() if protocol >= 5 and user_callback is None else None
         self.reset()
-
-    def set_small_in_band(self, in_band: bool) -> None:
-        """Whether buffers under `INBAND_LIMIT` are copied into the pickle stream (and
-        compressed with it). They are unless the record is uncompressed (codec None), which
-        keeps every buffer out of band so that all can be memory-mapped."""
-        self._small_in_band = in_band
-        self._copy_small_arrays = in_band and self._protocol >= 5 and self._user_callback is None
 
     def reset(self) -> None:
         """Forget the buffers of the last pickle stream."""
@@ -226,7 +221,7 @@ class _OutOfBand:
             if self._user_callback(buffer):
                 return True  # the caller wants it in band
             self.external.append(self._slots)
-        elif buffer.raw().nbytes < INBAND_LIMIT and self._small_in_band:
+        elif buffer.raw().nbytes < INBAND_LIMIT and self._codec is not None:
             return True
         else:
             self.streams.append((Payload.from_picklebuffer(buffer), None))
@@ -286,11 +281,6 @@ class _RecordPickler(pickle.Pickler):
                 f"use blpickle.{_PICKLER_NAMES[named]}, or leave pickler= out"
             )
         return resolved if resolved.pickler == self._kind else resolved.replace(pickler=self._kind)
-
-    def _keep_small_buffers_in_band(self) -> None:
-        """Copy buffers under `INBAND_LIMIT` into the pickle stream even in uncompressed
-        records: for records that are read, never memory-mapped."""
-        self._out_of_band.set_small_in_band(True)
 
     def _init_pickler(self, graph: _Graph, protocol: int, fix_imports: bool, callback: Any) -> None:
         pickle.Pickler.__init__(self, graph, protocol, fix_imports=fix_imports, buffer_callback=callback)

@@ -21,7 +21,7 @@ from .. import format as fmt
 from ..arrays import rebuild_ndarray
 from ..errors import BlpickleWarning, LoadError, OptionsError
 from ..options import Options, resolve_options
-from ..pickler import _PICKLERS
+from ..pickler import dump as blpickle_dump
 from ..unpickler import Unpickler
 from ..unpickler import load as blpickle_load
 from ..unpickler import loads as blpickle_loads
@@ -138,7 +138,7 @@ class BlpickleStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-t
                 self.create_location(item_path)
             if verbose > 10:
                 print(f"Persisting in {item_path}")
-            _write_atomically(item, os.path.join(item_path, _RESULT), self.options, self.mmap_mode is not None)
+            _write_atomically(item, os.path.join(item_path, _RESULT), self.options)
 
     def load_item(
         self,
@@ -187,17 +187,12 @@ class CorruptItemError(LoadError, ValueError):
     """
 
 
-def _write_atomically(item: Any, filename: str, options: Options, mapped: bool) -> None:
-    """Write ``item`` to a temporary file next to ``filename``, then rename it over ``filename``.
-    Unless it is to be ``mapped``, its small arrays stay in the pickle stream even uncompressed
-    (a small result is then one compact record)."""
+def _write_atomically(item: Any, filename: str, options: Options) -> None:
+    """Write ``item`` to a temporary file next to ``filename``, then rename it over ``filename``."""
     temporary = f"{filename}.{uuid.uuid4().hex}-{os.getpid()}-{threading.get_ident()}"
     try:
         with open(temporary, "wb") as file:
-            pickler = _PICKLERS[options.pickler](file, preset=options)
-            if not mapped:
-                pickler._keep_small_buffers_in_band()
-            pickler.dump(item)
+            blpickle_dump(item, file, preset=options)
         os.replace(temporary, filename)
     except BaseException:
         if os.path.exists(temporary):
