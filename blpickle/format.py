@@ -26,7 +26,7 @@ import itertools
 import operator
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import xxhash
@@ -195,8 +195,7 @@ def compact_header(pickle: Any) -> Header:
     return Header({}, protocol, (StreamInfo(len(view), max(len(view), 1), raw=True),))
 
 
-@dataclasses.dataclass(frozen=True)
-class StreamInfo:
+class StreamInfo(NamedTuple):
     """One stream of a record: the pickle (stream 0), an out-of-band buffer, or a splice.
 
     Attributes:
@@ -296,18 +295,20 @@ class Header:
             CorruptError: for anything that is not a valid header.
             LimitError: for sizes over the limits.
         """
-        reader = _Reader(data, "header")
-        doc: dict[str, Any] = {}
-        for key in reader.keys("header", doc):
-            if key == "streams":
-                doc[key] = reader.streams()
-            elif key == "external":
-                doc[key] = tuple(reader.integers(key, ascending=True))
-            elif key in ("options", "protocol"):
-                doc[key] = reader.value(f"header field {key!r}", containers=MAX_CONTAINERS, items=MAX_ITEMS)
-            else:
-                reader.skip("header")
-        reader.end()
+        doc = _small_header(data)
+        if doc is None:
+            reader = _Reader(data, "header")
+            doc = {}
+            for key in reader.keys("header", doc):
+                if key == "streams":
+                    doc[key] = reader.streams()
+                elif key == "external":
+                    doc[key] = tuple(reader.integers(key, ascending=True))
+                elif key in ("options", "protocol"):
+                    doc[key] = reader.value(f"header field {key!r}", containers=MAX_CONTAINERS, items=MAX_ITEMS)
+                else:
+                    reader.skip("header")
+            reader.end()
         options = _get(doc, "options", dict, "header")
         protocol = _get(doc, "protocol", int, "header")
         if not 0 <= protocol <= 5:
@@ -390,19 +391,21 @@ class FrameIndex:
         Raises:
             CorruptError: for anything that is not a valid trailer.
         """
-        reader = _Reader(data, "trailer")
-        doc: dict[str, Any] = {}
-        for key in reader.keys("trailer", doc):
-            if key in ("offsets", "csizes", "checksums"):
-                doc[key] = reader.integers(key, count=nframes)
-            elif key == "signature":
-                doc[key] = reader.value("trailer field 'signature'", containers=0, items=0)
-            elif authenticated:
-                raise CorruptError(f"trailer: key {key!r} is outside the signature in a signed record")
-            else:
-                reader.skip("trailer")
-        reader.end()
-        lists = [_get(doc, key, list, "trailer") for key in ("offsets", "csizes", "checksums")]
+        doc = _small_trailer(data, nframes, authenticated)
+        if doc is None:
+            reader = _Reader(data, "trailer")
+            doc = {}
+            for key in reader.keys("trailer", doc):
+                if key in _FRAME_FIELDS:
+                    doc[key] = reader.integers(key, count=nframes)
+                elif key == "signature":
+                    doc[key] = reader.value("trailer field 'signature'", containers=0, items=0)
+                elif authenticated:
+                    raise CorruptError(f"trailer: key {key!r} is outside the signature in a signed record")
+                else:
+                    reader.skip("trailer")
+            reader.end()
+        lists = [_get(doc, key, list, "trailer") for key in _FRAME_FIELDS]
         signed = doc.get("signature")
         if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or not set(signed) <= _HEX_DIGITS):
             raise CorruptError(f"trailer: 'signature' must be 64 lowercase hex digits, found {signed!r:.80}")
@@ -498,14 +501,8 @@ class _Reader:
             values: list[int] = []
             while len(values) < found:
                 block = tuple(itertools.islice(items, min(found - len(values), 1 << 16)))
-                if (
-                    set(map(type, block)) != {int}
-                    or min(block) < 0
-                    or (
-                        ascending
-                        and (block[0] <= (values[-1] if values else -1) or not all(map(operator.lt, block, block[1:])))
-                    )
-                ):
+                after = (values[-1] if values else -1) if ascending else None
+                if not _integers(block, after):
                     raise CorruptError(f"{self._what}: {field!r} must list {rule}")
                 values.extend(block)
         return values
@@ -525,17 +522,7 @@ class _Reader:
         with _Parsing(where):
             start = self._unpacker.tell()
             self._unpacker.skip()
-            return msgpack.unpackb(
-                self._view[start : self._unpacker.tell()],
-                raw=False,
-                strict_map_key=True,
-                use_list=False,
-                max_array_len=items,
-                max_map_len=items,
-                max_ext_len=0,
-                object_hook=count,
-                list_hook=count,
-            )
+            return _unpackb(self._view[start : self._unpacker.tell()], items, object_hook=count, list_hook=count)
 
     def skip(self, where: str) -> None:
         """Pass over the next value without decoding it (msgpack's parser allocates nothing)."""
@@ -546,6 +533,106 @@ class _Reader:
         """Check that the document ends here."""
         if self._unpacker.tell() != len(self._view):
             raise CorruptError(f"{self._what}: {len(self._view) - self._unpacker.tell()} bytes after its end")
+
+
+def _unpackb(data: Any, items: int, **hooks: Any) -> Any:
+    """Decode one msgpack value as a header's values are: arrays as tuples, map keys strings
+    or bytes, no extension types, at most ``items`` items in any map or array.
+
+    Raises:
+        msgpack's errors, ValueError and TypeError for anything else.
+    """
+    return msgpack.unpackb(
+        data,
+        raw=False,
+        strict_map_key=True,
+        use_list=False,
+        max_array_len=items,
+        max_map_len=items,
+        max_ext_len=0,
+        **hooks,
+    )
+
+
+def _small_document(data: bytes, limit: int) -> dict[str, Any] | None:
+    """Return the map a header or trailer holds, decoded in one call, when no map or array in
+    it has over `MAX_ITEMS` items and its at most ``limit`` keys are strings, none twice;
+    else None.
+
+    Decoding allocates at most a few times the document's size: a map or array is allocated
+    for the items it declares, at most `MAX_ITEMS`, as it starts, and msgpack nests at most
+    1024 of them (which is what the piecewise `_Reader` is for, for larger documents)."""
+    try:
+        doc = _unpackb(data, MAX_ITEMS)
+    except Exception:  # any document not within these bounds: `_Reader` reads it or says what is wrong
+        return None
+    first = data[0]
+    declared = first & 0x0F if first >> 4 == 0x8 else int.from_bytes(data[1 : 3 if first == 0xDE else 5], "big")
+    if type(doc) is not dict or len(doc) != declared or len(doc) > limit or any(type(key) is not str for key in doc):
+        return None
+    return doc
+
+
+def _small_header(data: bytes) -> dict[str, Any] | None:
+    """Return the fields of a header as blpickle writes it for up to `MAX_ITEMS` streams, read
+    in one call: ``protocol`` an integer, ``options`` a map of scalars, each stream map of known
+    keys only (so each field is within the limits `_Reader` applies to it), ``streams`` as `StreamInfo` and ``external``
+    checked. Return None for any other header: `_Reader` reads it piece by piece, or says what
+    is wrong with it."""
+    doc = _small_document(data, MAX_HEADER_KEYS)
+    if doc is None:
+        return None
+    options, streams, external = doc.get("options"), doc.get("streams"), doc.get("external", ())
+    if (
+        type(doc.get("protocol")) is not int
+        or type(options) is not dict
+        or any(type(value) not in _SCALARS for value in options.values())
+        or type(streams) is not tuple
+        or not streams
+        or any(type(stream) is not dict or not stream.keys() <= _STREAM_KEYS for stream in streams)
+        or type(external) is not tuple
+        or (external and not _integers(external, -1))
+    ):
+        return None
+    try:
+        doc["streams"] = tuple(_decode_stream(stream, i) for i, stream in enumerate(streams))
+    except LoadError:
+        return None
+    return doc
+
+
+def _small_trailer(data: bytes, nframes: int, authenticated: bool) -> dict[str, Any] | None:
+    """Return the fields of a trailer of up to `MAX_ITEMS` frames as blpickle writes it, read in
+    one call, its frame lists checked; None for any other trailer (see `_small_header`)."""
+    doc = _small_document(data, MAX_HEADER_KEYS)
+    if (
+        doc is None
+        or type(doc.get("signature")) not in (str, type(None))
+        or (authenticated and not doc.keys() <= _TRAILER_KEYS)
+    ):
+        return None
+    for key in _FRAME_FIELDS:
+        values = doc.get(key)
+        if type(values) is not tuple or len(values) != nframes or (values and not _integers(values, None)):
+            return None
+        doc[key] = list(values)
+    return doc
+
+
+def _integers(block: tuple[Any, ...], after: int | None) -> bool:
+    """True when ``block`` holds non-negative integers only, at least one, and with ``after``
+    given, in ascending order without repeats, all over ``after``."""
+    return (
+        set(map(type, block)) == {int}
+        and min(block) >= 0
+        and (after is None or (block[0] > after and all(map(operator.lt, block, block[1:]))))
+    )
+
+
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_STREAM_KEYS = frozenset(StreamInfo._fields)
+_FRAME_FIELDS = ("offsets", "csizes", "checksums")
+_TRAILER_KEYS = frozenset({*_FRAME_FIELDS, "signature"})
 
 
 def _get(doc: dict[str, Any], key: str, kind: type, where: str) -> Any:

@@ -2,12 +2,15 @@
 
 import io
 import pickle
+from unittest import mock
 
 import msgpack
 import numpy as np
 import pytest
 from bombs import peak_allocated
 from conftest import JOBLIB_PREFIXES
+from hypothesis import example, given
+from hypothesis import strategies as st
 from records import split
 
 import blpickle
@@ -197,6 +200,90 @@ def test_header_structure_errors_say_what_is_wrong():
     with pytest.raises(blpickle.CorruptError, match="keys must be strings"):
         fmt.Header.decode(bytes([doc[0] + 1]) + doc[1:] + msgpack.packb(1) + msgpack.packb(5))
     assert fmt.Header.decode(msgpack.packb(_doc(later={"a": [1, 2]}))) == fmt.Header.decode(doc)
+
+
+def _outcome(decode, data):
+    """What ``decode(data)`` gives: its result, or the type and message of its LoadError."""
+    try:
+        return decode(data)
+    except blpickle.LoadError as exc:
+        return type(exc), str(exc)
+
+
+def _both_ways(decode, small, data):
+    """What ``decode(data)`` gives, in one call where it can and piece by piece (``small``,
+    the one-call reader, patched out)."""
+    with mock.patch.object(fmt, small, return_value=None):
+        piecewise = _outcome(decode, data)
+    return _outcome(decode, data), piecewise
+
+
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=4)
+    | st.binary(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=8,
+) | st.integers(10, 20).map(lambda depth: msgpack.unpackb(_nested(depth)))  # over the limit of 16 containers from 16
+_HEADER_KEYS = ["options", "protocol", "streams", "external", "later"]
+_STREAM_KEYS = [*fmt.StreamInfo._fields, "later"]
+
+
+_DEEP = msgpack.unpackb(_nested(16))  # 17 arrays: over the limit of a field
+
+
+@given(
+    changes=st.dictionaries(st.sampled_from(_HEADER_KEYS), _VALUES, max_size=2),
+    stream_changes=st.dictionaries(st.sampled_from(_STREAM_KEYS), _VALUES, max_size=2),
+    option_changes=st.dictionaries(st.text(max_size=2), _VALUES, max_size=2),
+    dropped=st.lists(st.sampled_from(_HEADER_KEYS), max_size=1),
+    cut=st.integers(0, 3),
+)
+@example(changes={"protocol": _DEEP}, stream_changes={}, option_changes={}, dropped=[], cut=0)
+@example(changes={}, stream_changes={"later": _DEEP}, option_changes={}, dropped=[], cut=0)
+@example(changes={}, stream_changes={}, option_changes={"x": _DEEP}, dropped=[], cut=0)
+@example(changes={"later": _DEEP}, stream_changes={}, option_changes={}, dropped=[], cut=0)
+def test_a_header_decodes_the_same_in_one_call_and_piece_by_piece(
+    changes, stream_changes, option_changes, dropped, cut
+):
+    doc = msgpack.unpackb(_header())
+    doc["options"].update(option_changes)
+    doc["streams"][1].update(stream_changes)
+    doc.update(changes)
+    for key in dropped:
+        doc.pop(key, None)
+    data = msgpack.packb(doc)
+    for variant in (data, data[: len(data) - cut] + b"\xc0" * cut):
+        one_call, piecewise = _both_ways(fmt.Header.decode, "_small_header", variant)
+        assert one_call == piecewise
+
+
+@given(
+    changes=st.dictionaries(st.sampled_from(["offsets", "csizes", "checksums", "signature", "later"]), _VALUES),
+    authenticated=st.booleans(),
+)
+@example(changes={"signature": _DEEP}, authenticated=False)
+@example(changes={"later": 1}, authenticated=True)
+def test_a_trailer_decodes_the_same_in_one_call_and_piece_by_piece(changes, authenticated):
+    data = msgpack.packb({**_INDEX, "signature": "ab" * 32, **changes})
+    decode = lambda data: fmt.FrameIndex.decode(data, 3, authenticated=authenticated)  # noqa: E731
+    one_call, piecewise = _both_ways(decode, "_small_trailer", data)
+    assert one_call == piecewise
+
+
+def test_headers_and_trailers_of_few_streams_are_read_in_one_call():
+    arrays = {str(i): np.arange(10.0) for i in range(20)}
+    parts = split(blpickle.dumps(arrays, codec=None))
+    assert fmt._small_header(msgpack.packb(parts.header)) is not None
+    assert fmt._small_trailer(msgpack.packb(parts.trailer), 21, authenticated=False) is not None
+    many = split(blpickle.dumps({**arrays, **{f"x{i}": np.arange(3) for i in range(64)}}, codec=None))
+    header = msgpack.packb(many.header)
+    assert fmt._small_header(header) is None
+    streams = tuple(fmt.StreamInfo(**{**s, "shape": tuple(s["shape"])}) for s in many.header["streams"][1:])
+    assert fmt.Header.decode(header).streams[1:] == streams
 
 
 @pytest.mark.slow
