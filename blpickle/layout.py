@@ -53,6 +53,9 @@ __all__ = [
 OPCODE, ARGUMENT, FRAME, DATA, SPLICE, END = "opcode", "argument", "frame", "data", "splice", "end"
 
 _FRAME = pickle.FRAME[0]
+_PROTO = pickle.PROTO[0]
+#: Where the frame of a stream that is one frame starts: after PROTO, FRAME and their arguments.
+_ONE_FRAME_START = 11
 _STOP = pickle.STOP[0]
 _PAYLOADS = frozenset(
     op[0] for op in (pickle.BINBYTES, pickle.BINBYTES8, pickle.BINUNICODE, pickle.BINUNICODE8, pickle.BYTEARRAY8)
@@ -236,21 +239,31 @@ class PickleFile(io.RawIOBase):
         return True
 
     def read(self, size: int = -1) -> bytes:
-        self._recorded(self._check, size)  # before a buffer of that size is allocated
-        return super().read(size)
-
-    def readinto(self, buffer: Any) -> int:
-        out = memoryview(buffer).cast("B")
-        self._recorded(self._check, len(out))
-        return self._recorded(self._serve, out) if len(out) and self._layout.kind != END else 0
-
-    def _recorded(self, fn: Any, arg: Any) -> Any:
-        """Return ``fn(arg)``, keeping the LoadError it raises in ``error``."""
+        if size < 0:
+            return super().read(size)  # to the end, with readinto
         try:
-            return fn(arg)
+            self._check(size)  # before a buffer of that size is allocated
+            out = bytearray(size)
+            count = self._fill(memoryview(out))
         except LoadError as exc:
             self.error = exc
             raise
+        if count < size:
+            del out[count:]
+        return bytes(out)
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        try:
+            self._check(len(out))
+            return self._fill(out)
+        except LoadError as exc:
+            self.error = exc
+            raise
+
+    def _fill(self, out: memoryview) -> int:
+        """Serve a read the layout allows into ``out``; return how many bytes it got."""
+        return self._serve(out) if len(out) and self._layout.kind != END else 0
 
     def _check(self, size: int) -> None:
         """Refuse a read of ``size`` bytes that does not follow the layout: an opcode or an
@@ -317,7 +330,8 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
     """Return the pickle stream of the record ``reader`` stands at, as a file for the
     unpickler: a `PickleFile` from protocol 4 on (read a frame at a time, as the
     chunks are decompressed), else the whole stream in a BytesIO (the unpickler reads an
-    unframed pickle an opcode at a time), copied in chunk by chunk.
+    unframed pickle an opcode at a time), copied in chunk by chunk. A stream in one chunk,
+    without splices, that is one frame to its end (a small object's) comes in a BytesIO too.
 
     Raises:
         CorruptError: for splices in a protocol 0-3 record.
@@ -325,7 +339,11 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
     """
     header = reader.header
     if header.protocol >= 4:
-        return PickleFile(reader.read_chunks(), reader)
+        chunks = reader.read_chunks()
+        if header.streams[0].nchunks != 1 or splices_of(header):
+            return PickleFile(chunks, reader)
+        whole = next(chunks)
+        return io.BytesIO(whole) if _one_frame(whole) else PickleFile(iter([whole]), reader)
     Layout(header.protocol, splices_of(header), header.streams[0].nbytes)
     file = io.BytesIO()
     # copied in, never decompressed into the BytesIO's own buffer: a failed read would free
@@ -334,3 +352,15 @@ def open_pickle(reader: RecordReader) -> io.RawIOBase | io.BytesIO:
         file.write(piece)
     file.seek(0)
     return file
+
+
+def _one_frame(data: memoryview) -> bool:
+    """True for a pickle stream that is PROTO, then one frame to its very end. The layout of
+    such a stream is the frame: the unpickler can read nothing outside it, so it may read it
+    from memory as it likes."""
+    return (
+        len(data) > _ONE_FRAME_START
+        and data[0] == _PROTO
+        and data[2] == _FRAME
+        and int.from_bytes(data[3:_ONE_FRAME_START], "little") == len(data) - _ONE_FRAME_START
+    )

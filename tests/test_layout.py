@@ -8,6 +8,7 @@ import os
 import pickle
 import struct
 
+import numpy as np
 import pytest
 import records
 from test_safe import CALLS
@@ -144,6 +145,31 @@ def test_an_opcode_running_past_its_frame_is_refused(tmp_path):
     stream = b"\x80\x05\x95" + struct.pack("<Q", len(framed)) + framed + struct.pack("<i", 7) + b"a."
     assert pickle.loads(stream) == [7]
     _assert_refused_everywhere(_record(stream, []), tmp_path)
+
+
+def test_an_opcode_running_past_a_stream_of_one_frame_is_refused(tmp_path):
+    # the frame ends the stream: its last opcode runs past both
+    framed = b"]\x94J\x07\x00"
+    stream = b"\x80\x05\x95" + struct.pack("<Q", len(framed)) + framed
+    _assert_refused_everywhere(_record(stream, []), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("graph", "codec", "whole"),
+    [
+        ({"a": [1, 2.5, "x" * 100]}, None, True),
+        ({"a": [1, 2.5, "x" * 100]}, "zstd", True),
+        (list(range(100_000)), "zstd", False),  # frames of 64 KiB
+        (["x" * 300_000], None, False),  # spliced
+    ],
+)
+def test_a_stream_of_one_frame_is_read_from_memory_and_others_by_layout(graph, codec, whole):
+    obj = {"graph": graph, "array": np.arange(100_000.0)}  # out of band: a full record
+    reader = RecordReader(MemorySource(blpickle.dumps(obj, codec=codec)), nthreads=1)
+    file = open_pickle(reader)
+    assert isinstance(file, io.BytesIO if whole else PickleFile)
+    loaded = pickle.load(file, buffers=reader.buffers())
+    assert loaded["graph"] == graph and np.array_equal(loaded["array"], obj["array"])
 
 
 def test_opcodes_between_frames_are_followed():
