@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -199,6 +200,41 @@ def test_what_the_c_pickler_cannot_pickle_falls_back_to_cloudpickle():
         _wire.pickle_graph(threading.Lock(), wire, ())
     with pytest.raises((pickle.PicklingError, AttributeError)):  # pickler="pickle": no fallback
         _wire.pickle_graph(lambda: 1, _wire.wire_options(pickler="pickle"), ())
+
+
+class _SendsWhilePickled:
+    """Pickles itself by pickling ``inner`` through `pickle_graph` (a nested pickling)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __reduce__(self):
+        graph, _ = _wire.pickle_graph(self.inner, _wire.wire_options(), ())
+        return pickle.loads, (bytes(graph),)
+
+
+def test_each_pickling_of_a_thread_stands_alone():
+    wire = _wire.wire_options(pickler="pickle")
+    shared = [1, 2, 3]
+    first, _ = _wire.pickle_graph([shared, shared], wire, ())
+    again, _ = _wire.pickle_graph([shared, shared], wire, ())
+    assert bytes(first) == bytes(again)  # nothing memoized from the first one
+    with pytest.raises(TypeError):
+        _wire.pickle_graph([shared, threading.Lock()], wire, ())
+    after, _ = _wire.pickle_graph([shared, shared], wire, ())
+    assert bytes(after) == bytes(first)  # a failed pickling leaves nothing behind
+    nested, _ = _wire.pickle_graph([shared, _SendsWhilePickled({"x": shared}), shared], wire, ())
+    assert pickle.loads(nested) == [shared, {"x": shared}, shared]
+    big = ["y" * 100_000 for _ in range(30)]  # written in several pieces
+    graph, _ = _wire.pickle_graph(big, wire, ())
+    assert pickle.loads(graph) == big
+    array = np.arange(1_000_000)
+    sent = weakref.ref(array)
+    graph, buffers = _wire.pickle_graph(array, wire, ())
+    assert len(buffers) == 1
+    del array, graph, buffers
+    gc.collect()
+    assert sent() is None  # the kept pickler holds on to nothing of it
 
 
 def test_lambda_and_closure_travel():

@@ -22,6 +22,7 @@ import functools
 import io
 import pickle
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pickle import PickleBuffer
 from typing import Any, Protocol, cast
@@ -181,9 +182,13 @@ class _OutOfBand:
     __slots__ = ("_inband_size", "_out_of_band", "_readonly", "buffers")
 
     def __init__(self, inband_size: int, out_of_band: bool = True) -> None:
+        self._out_of_band = out_of_band
+        self.reset(inband_size)
+
+    def reset(self, inband_size: int) -> None:
+        """Start a new pickling, keeping buffers under ``inband_size`` bytes in band."""
         self.buffers: list[Buffer] = []
         self._inband_size = inband_size
-        self._out_of_band = out_of_band
         self._readonly: dict[int, tuple[PickleBuffer, Buffer]] = {}  # placeholder id -> buffer
 
     def reduce_array(self, array: np.ndarray) -> Any:
@@ -274,19 +279,49 @@ def pickle_graph(
     Raises:
         pickle.PicklingError (or whatever the object's reducers raise).
     """
-    arrays = _OutOfBand(wire.inband_size)
-    file = io.BytesIO()
-    pickler = pickle.Pickler(file, 5, buffer_callback=arrays.take)
-    pickler.dispatch_table = _with_arrays(tables, arrays.reduce_array, wrap_arrays)
+    idle = _IDLE.__dict__
+    kept = idle.pop("pickler", None) or _KeptPickler()  # taken while in use: a nested call makes its own
+    arrays = kept.arrays
+    arrays.reset(wire.inband_size)
+    kept.pickler.dispatch_table = _with_arrays(tables, arrays.reduce_array, wrap_arrays)
     try:
-        pickler.dump(obj)
-        graph = file.getbuffer()
-        if not (main_by_value and _MAIN.search(graph)):
-            return graph, arrays.buffers
-    except Exception:
+        kept.pickler.dump(obj)
+    except Exception:  # the pickler is not kept
         if wire.options.pickler != "cloudpickle":
             raise
+    else:
+        graph, buffers = memoryview(kept.written()), arrays.buffers
+        arrays.reset(0)  # the kept pickler holds on to nothing of this object
+        idle["pickler"] = kept
+        if not (main_by_value and _MAIN.search(graph)):
+            return graph, buffers
     return _cloudpickle(obj, wire.inband_size, tables, True, wrap_arrays)
+
+
+class _KeptPickler:
+    """A thread's C pickler for `pickle_graph`, kept from one pickling to the next (making one
+    costs a third of a small task's pickling); it is its own file, collecting what it writes."""
+
+    __slots__ = ("_parts", "arrays", "pickler")
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self.arrays = _OutOfBand(0)
+        self.pickler = pickle.Pickler(self, 5, buffer_callback=self.arrays.take)
+
+    def write(self, data: bytes) -> None:
+        """The pickler's file: keep ``data`` (the pickler hands over each piece it writes)."""
+        self._parts.append(data)
+
+    def written(self) -> bytes:
+        """Return the last pickling's bytes, and forget them and its memo."""
+        parts, self._parts = self._parts, []
+        self.pickler.clear_memo()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+#: Each thread's idle `_KeptPickler`.
+_IDLE = threading.local()
 
 
 def cloudpickle_in_band(obj: Any, tables: Tables) -> memoryview:

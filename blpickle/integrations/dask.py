@@ -90,9 +90,9 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
     except Exception as exc:
         raise NotImplementedError(f"blpickle cannot pickle {type(obj).__name__}: {exc}") from exc
     _wire.plan_buffers(buffers, wire)
-    # The graph is not ``bytes``: dask's TCP comm reads whatever follows the first non-bytes
-    # frame into separate memory, and the raw buffers come after it.
-    frames: list[Any] = [graph]
+    # The graph is not in a ``bytes`` object: dask's TCP comm reads whatever follows the first
+    # frame outside one into separate memory (aligned), and the raw buffers come after it.
+    frames: list[Any] = [memoryview(bytearray(graph))]
     compression: list[Any] = [None]
     for buffer in buffers:
         if not buffer.chunk_size:
