@@ -84,6 +84,8 @@ MAX_ITEMS = MAX_NDIM
 #: included. Decoding a header of n bytes then allocates at most HEADER_COST * n + 1 MiB.
 MAX_CONTAINERS = 16
 HEADER_COST = 16
+#: A header or trailer of at most this many bytes is decoded in one call (see `_small_document`).
+SMALL_DOCUMENT_SIZE = 8 << 10
 _MASK64 = (1 << 64) - 1
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
@@ -555,13 +557,16 @@ def _unpackb(data: Any, items: int, **hooks: Any) -> Any:
 
 
 def _small_document(data: bytes, limit: int) -> dict[str, Any] | None:
-    """Return the map a header or trailer holds, decoded in one call, when no map or array in
-    it has over `MAX_ITEMS` items and its at most ``limit`` keys are strings, none twice;
-    else None.
+    """Return the map a header or trailer of at most `SMALL_DOCUMENT_SIZE` bytes holds,
+    decoded in one call, when no map or array in it has over `MAX_ITEMS` items and its at most
+    ``limit`` keys are strings, none twice; else None.
 
-    Decoding allocates at most a few times the document's size: a map or array is allocated
-    for the items it declares, at most `MAX_ITEMS`, as it starts, and msgpack nests at most
-    1024 of them (which is what the piecewise `_Reader` is for, for larger documents)."""
+    Decoding allocates less than ``HEADER_COST * len(data) + 1 MiB``: each byte can be a map
+    (about 64 bytes), and a map or array is allocated for the items it declares, at most
+    `MAX_ITEMS`, as it starts, in at most 1024 levels (under 600 KiB). Larger documents are
+    read piece by piece (`_Reader`)."""
+    if len(data) > SMALL_DOCUMENT_SIZE:
+        return None
     try:
         doc = _unpackb(data, MAX_ITEMS)
     except Exception:  # any document not within these bounds: `_Reader` reads it or says what is wrong

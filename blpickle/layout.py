@@ -243,6 +243,8 @@ class PickleFile(io.RawIOBase):
             return super().read(size)  # to the end, with readinto
         try:
             self._check(size)  # before a buffer of that size is allocated
+            if self._layout.kind == END:  # past the pickle's end: no size is checked
+                return b""
             out = bytearray(size)
             count = self._fill(memoryview(out))
         except LoadError as exc:

@@ -168,6 +168,7 @@ HEADERS_THAT_COST = {
     "many stream maps": _doc(streams=[{**_STREAM, "dtype": "ab", "codec": "cd", "shape": [300] * 64}] * 8000),
     "long strings": _doc(options={"x": "a" * _SIZE}, streams=[{**_STREAM, "dtype": "b" * _SIZE}]),
     "unknown keys": _doc(extra=[[[[[]] * 30] * 30] * 30] * 30, streams=[{**_STREAM, "later": [[1, 2], {"a": [3]}]}]),
+    "unknown keys of empty maps": _doc(extra=[[[{}] * 64] * 64] * 16),
 }
 
 
@@ -178,6 +179,27 @@ def test_valid_headers_cost_a_multiple_of_their_size(name):
     assert peak_allocated(lambda: decoded.append(fmt.Header.decode(data))) < fmt.HEADER_COST * len(data) + (1 << 20)
     assert len(decoded[0].streams) == len(HEADERS_THAT_COST[name]["streams"])
     assert list(decoded[0].external) == HEADERS_THAT_COST[name]["external"]
+
+
+def test_a_header_read_in_one_call_costs_a_multiple_of_its_size():
+    # the most one call allocates: arrays nested as deep as msgpack goes, each declaring 64
+    # items, and empty maps (a dict for each byte) in the rest of the size it takes
+    deep = b"\x81\xa5later" + b"\xdc\x00\x40" * 1100
+    fixed = len(msgpack.packb(_doc(later=[])))
+    maps = msgpack.packb(_doc(later=[[[{}] * 64] * ((fmt.SMALL_DOCUMENT_SIZE - fixed - 7) // 134)] * 2))
+    assert len(deep) < len(maps) <= fmt.SMALL_DOCUMENT_SIZE
+    assert fmt._small_header(maps) is not None
+    decoded = []
+    for data in (deep, maps):
+
+        def decode(data=data):
+            try:
+                decoded.append(fmt.Header.decode(data))
+            except blpickle.CorruptError as exc:
+                decoded.append(exc)
+
+        assert peak_allocated(decode) < fmt.HEADER_COST * len(data) + (1 << 20)
+    assert isinstance(decoded[0], blpickle.CorruptError) and isinstance(decoded[1], fmt.Header)
 
 
 def test_header_structure_errors_say_what_is_wrong():

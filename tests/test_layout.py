@@ -11,6 +11,7 @@ import struct
 import numpy as np
 import pytest
 import records
+from bombs import peak_allocated
 from test_safe import CALLS
 
 import blpickle
@@ -152,6 +153,21 @@ def test_an_opcode_running_past_a_stream_of_one_frame_is_refused(tmp_path):
     framed = b"]\x94J\x07\x00"
     stream = b"\x80\x05\x95" + struct.pack("<Q", len(framed)) + framed
     _assert_refused_everywhere(_record(stream, []), tmp_path)
+
+
+def test_a_size_declared_past_the_end_of_the_last_frame_is_not_allocated():
+    # BINUNICODE8 declaring 3 GiB at the end of the stream's last frame: the unpickler asks
+    # for that much once the stream has ended
+    last = pickle.BINUNICODE8 + struct.pack("<Q", 3 << 30)
+    stream = b"\x80\x05\x95" + struct.pack("<Q", 1) + b"]\x95" + struct.pack("<Q", len(last)) + last
+    data = _record(stream, [])
+    for load in (blpickle.loads, blpickle.inspect, lambda data: blpickle.load(io.BytesIO(data))):
+
+        def refused(load=load):
+            with pytest.raises(blpickle.LoadError):
+                load(data)
+
+        assert peak_allocated(refused) < 64 << 20
 
 
 @pytest.mark.parametrize(

@@ -213,6 +213,17 @@ class _SendsWhilePickled:
         return pickle.loads, (bytes(graph),)
 
 
+class _Clears:
+    """Clears ``buffer`` when pickled."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+
+    def __reduce__(self):
+        self.buffer[:] = bytes(len(self.buffer))
+        return int, (0,)
+
+
 def test_each_pickling_of_a_thread_stands_alone():
     wire = _wire.wire_options(pickler="pickle")
     shared = [1, 2, 3]
@@ -235,6 +246,19 @@ def test_each_pickling_of_a_thread_stands_alone():
     del array, graph, buffers
     gc.collect()
     assert sent() is None  # the kept pickler holds on to nothing of it
+    array = np.arange(1_000_000)
+    sent = weakref.ref(array)
+    gc.disable()  # a failed pickler is freed at once, without the collector
+    try:
+        with pytest.raises(TypeError):
+            _wire.pickle_graph([array, threading.Lock()], wire, ())
+        del array
+        assert sent() is None
+    finally:
+        gc.enable()
+    payload = bytearray(b"A" * 100_000)  # handed to the file as the object itself
+    graph, _ = _wire.pickle_graph([payload, _Clears(payload)], wire, ())
+    assert pickle.loads(graph)[0] == b"A" * 100_000  # as written, before the reducer changed it
 
 
 def test_lambda_and_closure_travel():

@@ -300,23 +300,38 @@ def pickle_graph(
 
 class _KeptPickler:
     """A thread's C pickler for `pickle_graph`, kept from one pickling to the next (making one
-    costs a third of a small task's pickling); it is its own file, collecting what it writes."""
+    costs a third of a small task's pickling), writing to a `_Pieces`. Nothing refers back to
+    it: one dropped after a failed pickling is freed at once, with what it held."""
 
-    __slots__ = ("_parts", "arrays", "pickler")
+    __slots__ = ("arrays", "pickler", "pieces")
 
     def __init__(self) -> None:
-        self._parts: list[bytes] = []
+        self.pieces = _Pieces()
         self.arrays = _OutOfBand(0)
-        self.pickler = pickle.Pickler(self, 5, buffer_callback=self.arrays.take)
-
-    def write(self, data: bytes) -> None:
-        """The pickler's file: keep ``data`` (the pickler hands over each piece it writes)."""
-        self._parts.append(data)
+        self.pickler = pickle.Pickler(self.pieces, 5, buffer_callback=self.arrays.take)
 
     def written(self) -> bytes:
         """Return the last pickling's bytes, and forget them and its memo."""
-        parts, self._parts = self._parts, []
         self.pickler.clear_memo()
+        return self.pieces.take()
+
+
+class _Pieces:
+    """A pickler's file that keeps what is written to it."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def write(self, data: Any) -> None:
+        """Keep ``data``: as it is if ``bytes`` (the pickler hands over its own buffers), else
+        a copy (a large payload is handed over as the object itself, which may change)."""
+        self._parts.append(data if type(data) is bytes else bytes(data))
+
+    def take(self) -> bytes:
+        """Return what was written, and forget it."""
+        parts, self._parts = self._parts, []
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
