@@ -579,11 +579,11 @@ def _small_document(data: bytes, limit: int) -> dict[str, Any] | None:
 
 
 def _small_header(data: bytes) -> dict[str, Any] | None:
-    """Return the fields of a header as blpickle writes it for up to `MAX_ITEMS` streams, read
+    """Return the fields of a small header as blpickle writes it (see `_small_document`), read
     in one call: ``protocol`` an integer, ``options`` a map of scalars, each stream map of known
-    keys only (so each field is within the limits `_Reader` applies to it), ``streams`` as `StreamInfo` and ``external``
-    checked. Return None for any other header: `_Reader` reads it piece by piece, or says what
-    is wrong with it."""
+    keys only (so each field is within the limits `_Reader` applies to it); ``streams`` come as
+    `StreamInfo`, ``external`` checked. Return None for any other header: `_Reader` reads it
+    piece by piece, or says what is wrong with it."""
     doc = _small_document(data, MAX_HEADER_KEYS)
     if doc is None:
         return None
@@ -607,8 +607,8 @@ def _small_header(data: bytes) -> dict[str, Any] | None:
 
 
 def _small_trailer(data: bytes, nframes: int, authenticated: bool) -> dict[str, Any] | None:
-    """Return the fields of a trailer of up to `MAX_ITEMS` frames as blpickle writes it, read in
-    one call, its frame lists checked; None for any other trailer (see `_small_header`)."""
+    """Return the fields of a small trailer as blpickle writes it, read in one call, its frame
+    lists checked; None for any other trailer (see `_small_header`)."""
     doc = _small_document(data, MAX_HEADER_KEYS)
     if (
         doc is None
