@@ -6,8 +6,9 @@ remembered, grouped with the others whose memory the same object owns (the end o
 chains of numpy bases); an array whose elements all lie in the memory of one remembered
 before it is reduced to `blpickle.arrays.rebuild_view` of that one instead, so that the
 memory is stored once and the loaded arrays share it as the dumped ones did. Arrays that
-merely hold equal bytes never share. Addresses are read only for groups of two arrays or
-more: an array alone in owning its memory, the usual case, costs a dict entry.
+merely hold equal bytes never share. Addresses are read only once arrays of one owner
+overlap, or are many: an array alone in owning its memory, the usual case, costs a dict
+entry, and a few disjoint ones (a scikit-learn tree's arrays) a comparison of their bounds.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ class Aliases:
     """
 
     def __init__(self) -> None:
-        #: id of an owner of memory -> its one array so far (as met, as a plain ndarray),
-        #: not looked at yet, or the group of its arrays once a second one came
-        self._groups: dict[int, tuple[Any, np.ndarray] | _Group] = {}
+        #: id of an owner of memory -> its arrays so far (as met, as a plain ndarray) while
+        #: they are few and none overlaps another (addresses not read), then their group
+        self._groups: dict[int, list[tuple[Any, np.ndarray]] | _Group] = {}
 
     def __bool__(self) -> bool:
         return bool(self._groups)
@@ -52,10 +53,14 @@ class Aliases:
         group = self._groups.get(id(owner))
         if group is None:
             if contiguous:
-                self._groups[id(owner)] = (met, array)
+                self._groups[id(owner)] = [(met, array)]
             return None
-        if isinstance(group, tuple):
-            group = self._groups[id(owner)] = _Group(*group)
+        if isinstance(group, list):
+            if len(group) < _FEW and not any(np.may_share_memory(array, other) for _, other in group):
+                if contiguous:
+                    group.append((met, array))
+                return None
+            group = self._groups[id(owner)] = _Group(group)
         start, stop = _span(array)
         found = group.find(start, stop)
         if found is None:
@@ -75,10 +80,11 @@ class _Group:
 
     __slots__ = ("_spans", "_starts")
 
-    def __init__(self, met: Any, array: np.ndarray) -> None:
-        start, stop = _span(array)
-        self._starts = [start]
-        self._spans = [(start, stop, met)]
+    def __init__(self, disjoint: list[tuple[Any, np.ndarray]]) -> None:
+        self._starts: list[int] = []
+        self._spans: list[tuple[int, int, Any]] = []
+        for met, array in disjoint:
+            self.add(met, *_span(array))
 
     def find(self, start: int, stop: int) -> tuple[Any, int] | None:
         """Return the array whose memory holds bytes ``start:stop`` and where its memory
@@ -97,6 +103,11 @@ class _Group:
             end += 1
         self._starts[i:end] = [start]
         self._spans[i:end] = [(start, stop, met)]
+
+
+#: The most arrays of one owner checked pairwise for overlap (`numpy.may_share_memory`, which
+#: compares bounds), before their addresses are read and sorted.
+_FEW = 8
 
 
 def _span(array: np.ndarray) -> tuple[int, int]:

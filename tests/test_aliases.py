@@ -4,6 +4,7 @@ arrays stay independent (blpickle.aliases, blpickle.arrays.rebuild_view)."""
 from __future__ import annotations
 
 import io
+import itertools
 import pickle
 import weakref
 
@@ -96,6 +97,21 @@ def test_views_of_a_part_stored_first_view_that_part():
     first, inside, across = blpickle.loads(data)
     assert np.shares_memory(first, inside) and not np.shares_memory(first, across)
     assert len(blpickle.inspect(data).buffers) == 2
+
+
+@pytest.mark.parametrize("parts", [2, 7, 8, 9, 30])  # around the pairwise checks' limit
+def test_views_of_parts_of_one_memory_view_their_part(parts):
+    memory = np.arange(parts * 10.0)
+    pieces = [memory[i * 10 : (i + 1) * 10] for i in range(parts)]  # disjoint, one owner
+    views = [pieces[-1][2:5], pieces[0][::3], pieces[parts // 2][1:]]
+    loaded = blpickle.loads(blpickle.dumps([*pieces, *views, np.arange(5.0)]))
+    *pieces_back, view_last, view_first, view_middle, other = loaded
+    assert all(np.array_equal(a, b) for a, b in zip(pieces_back, pieces, strict=True))
+    assert not any(np.shares_memory(a, b) for a, b in itertools.combinations(pieces_back, 2))
+    assert np.shares_memory(view_last, pieces_back[-1]) and np.array_equal(view_last, views[0])
+    assert np.shares_memory(view_first, pieces_back[0]) and np.array_equal(view_first, views[1])
+    assert np.shares_memory(view_middle, pieces_back[parts // 2]) and np.array_equal(view_middle, views[2])
+    assert not any(np.shares_memory(other, piece) for piece in pieces_back)
 
 
 def test_views_keep_the_writability_they_had():
