@@ -299,18 +299,7 @@ class Header:
         """
         doc = _small_header(data)
         if doc is None:
-            reader = _Reader(data, "header")
-            doc = {}
-            for key in reader.keys("header", doc):
-                if key == "streams":
-                    doc[key] = reader.streams()
-                elif key == "external":
-                    doc[key] = tuple(reader.integers(key, ascending=True))
-                elif key in ("options", "protocol"):
-                    doc[key] = reader.value(f"header field {key!r}", containers=MAX_CONTAINERS, items=MAX_ITEMS)
-                else:
-                    reader.skip("header")
-            reader.end()
+            doc = _header_fields(data)
         options = _get(doc, "options", dict, "header")
         protocol = _get(doc, "protocol", int, "header")
         if not 0 <= protocol <= 5:
@@ -395,18 +384,7 @@ class FrameIndex:
         """
         doc = _small_trailer(data, nframes, authenticated)
         if doc is None:
-            reader = _Reader(data, "trailer")
-            doc = {}
-            for key in reader.keys("trailer", doc):
-                if key in _FRAME_FIELDS:
-                    doc[key] = reader.integers(key, count=nframes)
-                elif key == "signature":
-                    doc[key] = reader.value("trailer field 'signature'", containers=0, items=0)
-                elif authenticated:
-                    raise CorruptError(f"trailer: key {key!r} is outside the signature in a signed record")
-                else:
-                    reader.skip("trailer")
-            reader.end()
+            doc = _trailer_fields(data, nframes, authenticated)
         lists = [_get(doc, key, list, "trailer") for key in _FRAME_FIELDS]
         signed = doc.get("signature")
         if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or not set(signed) <= _HEX_DIGITS):
@@ -420,8 +398,9 @@ def total_frames(streams: Sequence[StreamInfo]) -> int:
     return sum(s.nchunks for s in streams)
 
 
-#: msgpack array 16 and array 32: the size of their headers.
+#: msgpack array 16 and array 32, map 16 and map 32: the size of their headers.
 _ARRAY_HEADERS = {0xDC: 3, 0xDD: 5}
+_MAP_HEADERS = {0xDE: 3, 0xDF: 5}
 
 
 class _Parsing:
@@ -572,7 +551,7 @@ def _small_document(data: bytes, limit: int) -> dict[str, Any] | None:
     except Exception:  # any document not within these bounds: `_Reader` reads it or says what is wrong
         return None
     first = data[0]
-    declared = first & 0x0F if first >> 4 == 0x8 else int.from_bytes(data[1 : 3 if first == 0xDE else 5], "big")
+    declared = first & 0x0F if first >> 4 == 0x8 else int.from_bytes(data[1 : _MAP_HEADERS.get(first, 1)], "big")
     if type(doc) is not dict or len(doc) != declared or len(doc) > limit or any(type(key) is not str for key in doc):
         return None
     return doc
@@ -603,6 +582,50 @@ def _small_header(data: bytes) -> dict[str, Any] | None:
         doc["streams"] = tuple(_decode_stream(stream, i) for i, stream in enumerate(streams))
     except LoadError:
         return None
+    return doc
+
+
+def _header_fields(data: bytes) -> dict[str, Any]:
+    """Return the fields of any header, read piece by piece (`_Reader`): ``streams`` as
+    `StreamInfo`, ``external`` checked, unknown keys skipped.
+
+    Raises:
+        CorruptError, LimitError: for a header that breaks the format or its limits.
+    """
+    reader = _Reader(data, "header")
+    doc: dict[str, Any] = {}
+    for key in reader.keys("header", doc):
+        if key == "streams":
+            doc[key] = reader.streams()
+        elif key == "external":
+            doc[key] = tuple(reader.integers(key, ascending=True))
+        elif key in ("options", "protocol"):
+            doc[key] = reader.value(f"header field {key!r}", containers=MAX_CONTAINERS, items=MAX_ITEMS)
+        else:
+            reader.skip("header")
+    reader.end()
+    return doc
+
+
+def _trailer_fields(data: bytes, nframes: int, authenticated: bool) -> dict[str, Any]:
+    """Return the fields of any trailer, read piece by piece (`_Reader`), each frame list of
+    ``nframes`` checked; unknown keys skipped, or refused when ``authenticated``.
+
+    Raises:
+        CorruptError: for a trailer that breaks the format or its limits.
+    """
+    reader = _Reader(data, "trailer")
+    doc: dict[str, Any] = {}
+    for key in reader.keys("trailer", doc):
+        if key in _FRAME_FIELDS:
+            doc[key] = reader.integers(key, count=nframes)
+        elif key == "signature":
+            doc[key] = reader.value("trailer field 'signature'", containers=0, items=0)
+        elif authenticated:
+            raise CorruptError(f"trailer: key {key!r} is outside the signature in a signed record")
+        else:
+            reader.skip("trailer")
+    reader.end()
     return doc
 
 

@@ -246,7 +246,7 @@ class PickleFile(io.RawIOBase):
             if self._layout.kind == END:  # past the pickle's end: no size is checked
                 return b""
             out = bytearray(size)
-            count = self._fill(memoryview(out))
+            count = self._serve(memoryview(out)) if size else 0
         except LoadError as exc:
             self.error = exc
             raise
@@ -258,14 +258,10 @@ class PickleFile(io.RawIOBase):
         out = memoryview(buffer).cast("B")
         try:
             self._check(len(out))
-            return self._fill(out)
+            return self._serve(out) if len(out) and self._layout.kind != END else 0
         except LoadError as exc:
             self.error = exc
             raise
-
-    def _fill(self, out: memoryview) -> int:
-        """Serve a read the layout allows into ``out``; return how many bytes it got."""
-        return self._serve(out) if len(out) and self._layout.kind != END else 0
 
     def _check(self, size: int) -> None:
         """Refuse a read of ``size`` bytes that does not follow the layout: an opcode or an
