@@ -433,14 +433,22 @@ class RecordReader:
         whole = None if out is None else byte_view(out)
         if whole is None:
             whole = byte_view(_allocate(min(size, READ_SIZE), number))
+        # pieces of ``out`` are hashed in the pool while the next one is read (one at a time, in order)
+        pool = shared_pool(self._nthreads) if out is not None and self._nthreads > 1 and size > READ_SIZE else None
+        hashed: Future[None] | None = None
         for start in range(0, size, READ_SIZE):
             count = min(READ_SIZE, size - start)
             piece = whole[start : start + count] if out is not None else whole[:count]
             source.readinto(piece, what)
-            hasher.update(piece)
-            if signer is not None:
-                signer.update(piece)
+            if hashed is not None:
+                hashed.result()
+            if pool is None:
+                _hash(piece, hasher, signer)
+            else:
+                hashed = pool.submit(_hash, piece, hasher, signer)
             yield piece
+        if hashed is not None:
+            hashed.result()
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
         if signer is not None and self._key is None:
@@ -485,6 +493,13 @@ def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None
         for future in futures or ():
             if future is not None:
                 future.cancel()
+
+
+def _hash(piece: memoryview, hasher: Any, signer: Any) -> None:
+    """Add the next piece of a raw frame to its checksum (and digest, when signed)."""
+    hasher.update(piece)
+    if signer is not None:
+        signer.update(piece)
 
 
 def _ratio_error(nbytes: int, stored: int) -> LimitError:

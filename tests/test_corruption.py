@@ -14,6 +14,7 @@ from records import join, split
 
 import blpickle
 from blpickle import format as fmt
+from blpickle import reader
 
 
 def _object() -> dict:
@@ -162,3 +163,18 @@ def test_a_damaged_version_is_not_reported_as_a_newer_one():
     struct.pack_into("<Q", newer, 16 + header_size, fmt.checksum(bytes(newer[: 16 + header_size])))
     with pytest.raises(blpickle.UnsupportedVersionError, match="upgrade"):
         blpickle.loads(bytes(newer))
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_a_raw_buffer_read_in_pieces_is_checked_whole(tmp_path, monkeypatch, nthreads):
+    # pieces of 4 KiB: the checksum takes ~100 of them, hashed in the pool while the next is read
+    monkeypatch.setattr(reader, "READ_SIZE", 4096)
+    array = np.arange(50_000, dtype=np.int64)
+    path = tmp_path / "raw.blp"
+    blpickle.dump(array, path, codec=None)
+    assert np.array_equal(blpickle.load(path, nthreads=nthreads), array)
+    data = bytearray(path.read_bytes())
+    data[data.find(array.tobytes()) + 40_000 * 8] ^= 1  # a byte of a late piece
+    path.write_bytes(data)
+    with pytest.raises(blpickle.ChecksumError, match="chunk 0 of buffer 0"):
+        blpickle.load(path, nthreads=nthreads)
