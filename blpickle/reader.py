@@ -7,7 +7,6 @@ whatever the buffer sizes.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -15,11 +14,11 @@ from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from . import format as fmt
 from .chunks import unpack_chunk
 from .errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
+from .frame_hash import FrameHash
 from .pool import map_ordered, shared_pool
 from .sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 
@@ -428,35 +427,27 @@ class RecordReader:
         source = self._source
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
         signed = self._key is not None or self._authenticated is not None
-        signer = hashlib.blake2b(digest_size=32) if signed else None
-        hasher = xxhash.xxh3_64(seed=seed)
+        # pieces of ``out`` are hashed while the next one is read; a reused buffer is not
+        frame_hash = FrameHash(seed, signed, self._nthreads if out is not None and size > READ_SIZE else 1)
         whole = None if out is None else byte_view(out)
         if whole is None:
             whole = byte_view(_allocate(min(size, READ_SIZE), number))
-        # pieces of ``out`` are hashed in the pool while the next one is read (one at a time, in order)
-        pool = shared_pool(self._nthreads) if out is not None and self._nthreads > 1 and size > READ_SIZE else None
-        hashed: Future[None] | None = None
         for start in range(0, size, READ_SIZE):
             count = min(READ_SIZE, size - start)
             piece = whole[start : start + count] if out is not None else whole[:count]
             source.readinto(piece, what)
-            if hashed is not None:
-                hashed.result()
-            if pool is None:
-                _hash(piece, hasher, signer)
-            else:
-                hashed = pool.submit(_hash, piece, hasher, signer)
+            frame_hash.add(piece)
             yield piece
-        if hashed is not None:
-            hashed.result()
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
-        if signer is not None and self._key is None:
-            self._check_authenticated(signer.digest(), what, offset)
-        if stored != hasher.intdigest():
-            raise ChecksumError(what, offset, stored, hasher.intdigest())
-        if signer is not None and self._key is not None:
-            self._digests.append(signer.digest())
+        digest = frame_hash.digest()
+        if digest is not None and self._key is None:
+            self._check_authenticated(digest, what, offset)
+        computed = frame_hash.checksum()
+        if stored != computed:
+            raise ChecksumError(what, offset, stored, computed)
+        if digest is not None and self._key is not None:
+            self._digests.append(digest)
 
     def _check_authenticated(self, digest: bytes, what: str, offset: int) -> None:
         """Refuse a frame, read again after the signature was checked, that is not the frame
@@ -493,13 +484,6 @@ def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None
         for future in futures or ():
             if future is not None:
                 future.cancel()
-
-
-def _hash(piece: memoryview, hasher: Any, signer: Any) -> None:
-    """Add the next piece of a raw frame to its checksum (and digest, when signed)."""
-    hasher.update(piece)
-    if signer is not None:
-        signer.update(piece)
 
 
 def _ratio_error(nbytes: int, stored: int) -> LimitError:

@@ -10,19 +10,18 @@ the pickler with `blpickle.format.encode_compact`.)
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, BinaryIO
 
 import numpy as np
-import xxhash
 
 from . import format as fmt
 from .buffers import Payload
 from .chunks import compress_chunk
 from .errors import DumpError
+from .frame_hash import FrameHash
 from .options import Options
 from .policy import ChunkPlan, plan_buffer, plan_graph, plan_raw
 from .pool import map_ordered, shared_pool
@@ -241,7 +240,7 @@ def write_record(
             frames = _write_packed_stream(out, payload, header_checksum, len(index), sign)
         elif plan.raw:
             seed = fmt.frame_seed(header_checksum, len(index))
-            frames = [_write_raw_frame(out, payload, seed, sign)] if info.nbytes else []
+            frames = [_write_raw_frame(out, payload, seed, sign, nthreads)] if info.nbytes else []
         else:
             frames = _write_chunked(out, payload, plan, header_checksum, len(index), sign, nthreads)
         for offset, csize, checksum, digest in frames:
@@ -296,18 +295,17 @@ def _write_packed_stream(
     return frames
 
 
-def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool) -> Frame:
+def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool, nthreads: int) -> Frame:
+    """Write a raw frame, its pieces hashed while the next ones are written."""
     out.write(bytes(fmt.raw_padding(out.pos)))
     offset = out.pos
     out.write(fmt.U64.pack(payload.nbytes))
-    hasher = xxhash.xxh3_64(seed=seed)
-    signer = hashlib.blake2b(digest_size=32) if sign else None
     multiple = payload.chunk_multiple
-    for piece in payload.chunks(RAW_PIECE_SIZE - RAW_PIECE_SIZE % multiple or multiple):
-        hasher.update(piece)
-        if signer is not None:
-            signer.update(piece)
+    piece_size = RAW_PIECE_SIZE - RAW_PIECE_SIZE % multiple or multiple
+    frame_hash = FrameHash(seed, sign, nthreads if payload.nbytes > piece_size else 1)
+    for piece in payload.chunks(piece_size):
+        frame_hash.add(piece)
         out.write(piece)
-    checksum = hasher.intdigest()
+    checksum = frame_hash.checksum()
     out.write(fmt.U64.pack(checksum))
-    return offset, payload.nbytes, checksum, None if signer is None else signer.digest()
+    return offset, payload.nbytes, checksum, frame_hash.digest()

@@ -14,7 +14,7 @@ from records import join, split
 
 import blpickle
 from blpickle import format as fmt
-from blpickle import reader
+from blpickle import reader, writer
 
 
 def _object() -> dict:
@@ -166,13 +166,16 @@ def test_a_damaged_version_is_not_reported_as_a_newer_one():
 
 
 @pytest.mark.parametrize("nthreads", [1, 2])
-def test_a_raw_buffer_read_in_pieces_is_checked_whole(tmp_path, monkeypatch, nthreads):
-    # pieces of 4 KiB: the checksum takes ~100 of them, hashed in the pool while the next is read
+def test_a_raw_buffer_written_and_read_in_pieces_is_checked_whole(tmp_path, monkeypatch, nthreads):
+    # pieces of 4 KiB: the checksum takes ~100 of them, each hashed (with two threads: in the
+    # pool) while the next is written or read
     monkeypatch.setattr(reader, "READ_SIZE", 4096)
+    monkeypatch.setattr(writer, "RAW_PIECE_SIZE", 4096)
     array = np.arange(50_000, dtype=np.int64)
     path = tmp_path / "raw.blp"
-    blpickle.dump(array, path, codec=None)
-    assert np.array_equal(blpickle.load(path, nthreads=nthreads), array)
+    blpickle.dump(array, path, codec=None, nthreads=nthreads)
+    for threads in (1, 2):  # each written checksum checked inline and in the pool
+        assert np.array_equal(blpickle.load(path, nthreads=threads), array)
     data = bytearray(path.read_bytes())
     data[data.find(array.tobytes()) + 40_000 * 8] ^= 1  # a byte of a late piece
     path.write_bytes(data)
