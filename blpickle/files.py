@@ -212,6 +212,9 @@ class _EarlyWriteback:
         self._written = 0
         self._writeback: threading.Thread | None = None
 
+    def fileno(self) -> int:
+        return self._fd
+
     def write(self, data: Any) -> int:
         written = self._file.write(data)
         self._written += written

@@ -1,10 +1,10 @@
 """The checksum of a raw frame (and its digest, in a signed record), computed a piece at a time
-in the shared pool while the caller reads or writes the next piece."""
+in the shared pool beside the caller's I/O."""
 
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import xxhash
@@ -19,8 +19,9 @@ class FrameHash:
     in order.
 
     With ``nthreads`` over 1, each piece is hashed in the shared pool while the caller goes on
-    (the I/O of the next piece releases the GIL), one piece at a time; a piece's memory must
-    then stay as it is until the next `add`, `checksum` or `digest`.
+    (writing that piece, or reading the next: file I/O releases the GIL), one piece at a time;
+    a piece's memory must then stay as it is until the next `add`, `checksum`, `digest` or
+    `settle` returns. A caller stopped by an error calls `settle` before that memory can go.
     """
 
     def __init__(self, seed: int, sign: bool, nthreads: int) -> None:
@@ -46,6 +47,13 @@ class FrameHash:
         """Return the BLAKE2b-256 of the pieces added, or None without ``sign``."""
         self._wait()
         return None if self._signer is None else self._signer.digest()
+
+    def settle(self) -> None:
+        """Wait until the piece being hashed, if any, is done (its error, if any, is dropped:
+        for a caller that is failing already)."""
+        if self._pending is not None:
+            wait([self._pending])
+            self._pending = None
 
     def _update(self, piece: Any) -> None:
         self._hasher.update(piece)

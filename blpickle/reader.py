@@ -421,23 +421,29 @@ class RecordReader:
         frame's checksum (and, on a second reading of a signed record, its digest).
 
         Raises:
-            TruncatedError, ChecksumError, SignatureError: after the last piece, for a
-                damaged or changed frame.
+            TruncatedError: for a frame that ends early.
+            ChecksumError, SignatureError: after the last piece, for a damaged or changed
+                frame.
         """
         source = self._source
         seed = fmt.frame_seed(self._header_checksum, len(self.index))
         signed = self._key is not None or self._authenticated is not None
-        # pieces of ``out`` are hashed while the next one is read; a reused buffer is not
-        frame_hash = FrameHash(seed, signed, self._nthreads if out is not None and size > READ_SIZE else 1)
+        # pieces of ``out`` read from disk are hashed while the next one is read (a copy from
+        # memory holds the GIL, and a reused buffer would change under the hashing)
+        beside = out is not None and size > READ_SIZE and source.system_reads
+        frame_hash = FrameHash(seed, signed, self._nthreads if beside else 1)
         whole = None if out is None else byte_view(out)
         if whole is None:
             whole = byte_view(_allocate(min(size, READ_SIZE), number))
-        for start in range(0, size, READ_SIZE):
-            count = min(READ_SIZE, size - start)
-            piece = whole[start : start + count] if out is not None else whole[:count]
-            source.readinto(piece, what)
-            frame_hash.add(piece)
-            yield piece
+        try:
+            for start in range(0, size, READ_SIZE):
+                count = min(READ_SIZE, size - start)
+                piece = whole[start : start + count] if out is not None else whole[:count]
+                source.readinto(piece, what)
+                frame_hash.add(piece)
+                yield piece
+        finally:  # ``out`` may be the unpickler's buffer, freed once a read fails
+            frame_hash.settle()
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
         digest = frame_hash.digest()

@@ -51,9 +51,15 @@ class RandomAccess(Protocol):
 
 
 class Source:
-    """Where a record is read from, in order; ``pos`` counts bytes since the record start."""
+    """Where a record is read from, in order; ``pos`` counts bytes since the record start.
+
+    Attributes:
+        system_reads: reads are system calls, which release the GIL (a file on disk), so
+            work on the data read so far can run in the pool beside them.
+    """
 
     pos: int
+    system_reads = False
 
     def read(self, size: int, what: str) -> Any:
         """Return exactly ``size`` bytes (bytes-like) or raise `TruncatedError` naming ``what``."""
@@ -150,6 +156,7 @@ class FileSource(Source):
         self.pos = pos
         self._fileno = plain_fileno(file)
         self._start = 0 if self._fileno is None else file.tell() - pos
+        self.system_reads = self._fileno is not None
 
     def read(self, size: int, what: str) -> bytes | bytearray:
         data: bytes | bytearray = self._file.read(min(size, READ_SIZE)) or b""

@@ -240,7 +240,8 @@ def write_record(
             frames = _write_packed_stream(out, payload, header_checksum, len(index), sign)
         elif plan.raw:
             seed = fmt.frame_seed(header_checksum, len(index))
-            frames = [_write_raw_frame(out, payload, seed, sign, nthreads)] if info.nbytes else []
+            threads = nthreads if _writes_to_os(file) else 1  # a copy into memory holds the GIL
+            frames = [_write_raw_frame(out, payload, seed, sign, threads)] if info.nbytes else []
         else:
             frames = _write_chunked(out, payload, plan, header_checksum, len(index), sign, nthreads)
         for offset, csize, checksum, digest in frames:
@@ -295,17 +296,30 @@ def _write_packed_stream(
     return frames
 
 
+def _writes_to_os(file: BinaryIO) -> bool:
+    """Whether writes to ``file`` are system calls, which release the GIL (it has a
+    descriptor), rather than copies into memory."""
+    try:
+        file.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+    return True
+
+
 def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool, nthreads: int) -> Frame:
-    """Write a raw frame, its pieces hashed while the next ones are written."""
+    """Write a raw frame, each piece hashed while it is written."""
     out.write(bytes(fmt.raw_padding(out.pos)))
     offset = out.pos
     out.write(fmt.U64.pack(payload.nbytes))
     multiple = payload.chunk_multiple
     piece_size = RAW_PIECE_SIZE - RAW_PIECE_SIZE % multiple or multiple
     frame_hash = FrameHash(seed, sign, nthreads if payload.nbytes > piece_size else 1)
-    for piece in payload.chunks(piece_size):
-        frame_hash.add(piece)
-        out.write(piece)
+    try:
+        for piece in payload.chunks(piece_size):
+            frame_hash.add(piece)
+            out.write(piece)
+    finally:  # the caller's buffer is released when dump returns, even on a failed write
+        frame_hash.settle()
     checksum = frame_hash.checksum()
     out.write(fmt.U64.pack(checksum))
     return offset, payload.nbytes, checksum, frame_hash.digest()

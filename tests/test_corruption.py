@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -15,6 +17,8 @@ from records import join, split
 import blpickle
 from blpickle import format as fmt
 from blpickle import reader, writer
+from blpickle.frame_hash import FrameHash
+from blpickle.sources import FileSource
 
 
 def _object() -> dict:
@@ -176,8 +180,69 @@ def test_a_raw_buffer_written_and_read_in_pieces_is_checked_whole(tmp_path, monk
     blpickle.dump(array, path, codec=None, nthreads=nthreads)
     for threads in (1, 2):  # each written checksum checked inline and in the pool
         assert np.array_equal(blpickle.load(path, nthreads=threads), array)
+    in_memory = blpickle.dumps(array, codec=None, nthreads=nthreads)  # hashed inline: a copy holds the GIL
+    assert np.array_equal(blpickle.loads(in_memory, nthreads=nthreads), array)
     data = bytearray(path.read_bytes())
     data[data.find(array.tobytes()) + 40_000 * 8] ^= 1  # a byte of a late piece
     path.write_bytes(data)
     with pytest.raises(blpickle.ChecksumError, match="chunk 0 of buffer 0"):
         blpickle.load(path, nthreads=nthreads)
+
+
+@pytest.fixture
+def slow_hashing(monkeypatch):
+    """A function that makes raw pieces 4 KiB, each hashed slowly enough to outlast a dump or
+    load that does not wait for it, and returns the pieces given to be hashed and not hashed
+    yet, as a list."""
+
+    def start() -> list[int]:
+        monkeypatch.setattr(reader, "READ_SIZE", 4096)
+        monkeypatch.setattr(writer, "RAW_PIECE_SIZE", 4096)
+        pending: list[int] = []
+        add, update = FrameHash.add, FrameHash._update
+
+        def counted_add(self, piece):
+            pending.append(1)
+            add(self, piece)
+
+        def slow_update(self, piece):
+            time.sleep(0.05)
+            update(self, piece)
+            pending.pop()
+
+        monkeypatch.setattr(FrameHash, "add", counted_add)
+        monkeypatch.setattr(FrameHash, "_update", slow_update)
+        return pending
+
+    return start
+
+
+def test_a_raw_write_that_fails_leaves_no_piece_being_hashed(tmp_path, slow_hashing):
+    class FullDisk(io.FileIO):
+        def write(self, data):
+            if self.tell() > 3 * 4096:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(data)
+
+    data = np.arange(50_000, dtype=np.int64)
+    pending = slow_hashing()
+    with FullDisk(tmp_path / "full.blp", "w") as file, pytest.raises(OSError, match="No space"):
+        blpickle.dump(data, file, codec=None, nthreads=2)
+    assert not pending  # the caller's array is not read after dump returns
+
+
+def test_a_raw_read_that_fails_leaves_no_piece_being_hashed(tmp_path, monkeypatch, slow_hashing):
+    path = tmp_path / "raw.blp"
+    blpickle.dump(np.arange(50_000, dtype=np.int64), path, codec=None)
+    pending = slow_hashing()
+    readinto = FileSource.readinto
+
+    def failing_readinto(self, dst, what):
+        if self.pos > 6 * 4096:
+            raise OSError(errno.EIO, "Input/output error")
+        readinto(self, dst, what)
+
+    monkeypatch.setattr(FileSource, "readinto", failing_readinto)
+    with pytest.raises(OSError, match="Input/output"):
+        blpickle.load(path, nthreads=2)
+    assert not pending  # the buffer read into may be freed once load returns

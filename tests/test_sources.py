@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 
 import numpy as np
@@ -65,3 +66,12 @@ def test_records_load_from_files_with_later_reads(tmp_path, nthreads, key):
         loaded = blpickle.load(file, nthreads=nthreads, key=key)
         assert blpickle.load(file) == "second"
     assert all(np.array_equal(loaded[name], obj[name]) for name in obj)
+
+
+def test_only_reads_from_a_file_on_disk_are_system_reads(tmp_path):
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 10)
+    with open(path, "rb") as file:
+        assert FileSource(file).system_reads
+    assert not FileSource(io.BytesIO(b"x" * 10)).system_reads
+    assert not MemorySource(b"x" * 10).system_reads
