@@ -234,14 +234,14 @@ def write_record(
     index = fmt.FrameIndex()
     digests: list[bytes] = []
     sign = key is not None
+    raw_threads = nthreads if _writes_to_os(file) else 1  # a copy into memory holds the GIL
     for info, payload, plan in zip(header.streams, payloads, plans, strict=True):
         frames: Iterable[Frame]
         if isinstance(payload, PackedStream):
             frames = _write_packed_stream(out, payload, header_checksum, len(index), sign)
         elif plan.raw:
             seed = fmt.frame_seed(header_checksum, len(index))
-            threads = nthreads if _writes_to_os(file) else 1  # a copy into memory holds the GIL
-            frames = [_write_raw_frame(out, payload, seed, sign, threads)] if info.nbytes else []
+            frames = [_write_raw_frame(out, payload, seed, sign, raw_threads)] if info.nbytes else []
         else:
             frames = _write_chunked(out, payload, plan, header_checksum, len(index), sign, nthreads)
         for offset, csize, checksum, digest in frames:
