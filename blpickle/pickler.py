@@ -30,7 +30,7 @@ from .errors import OptionsError
 from .files import atomic_write
 from .names import array_names
 from .options import PRESETS, Options, PicklerKind, check_key, resolve_options
-from .policy import fits_compact, plan_graph
+from .policy import COMPACT_LIMIT, fits_compact, plan_graph
 from .remote import is_url
 from .writer import CountingWriter, PackedStream, Pickled, write_pickled
 
@@ -62,11 +62,10 @@ class _Graph:
     chunk of `blpickle.policy.plan_graph`, its chunks are compressed in the background as soon
     as they are complete (a `PackedStream`; never with codec None). At protocol 4 and up, the
     large bytes, bytearray and str payloads the pickler writes on their own (never inside a
-    frame) are kept by reference, to be stored as streams of their own and spliced back in on
-    load."""
+    frame) are kept by reference and given to ``splice`` (`_OutOfBand.splice`), to be stored
+    as streams of their own and spliced back in on load."""
 
-    def __init__(self, streams: list[tuple[Payload, int | None]], splice: bool, options: Options) -> None:
-        self._streams = streams  # shared with _OutOfBand: streams in the order the pickle uses them
+    def __init__(self, splice: Callable[[Any, int], None] | None, options: Options) -> None:
         self._splice = splice
         self._plan = plan_graph(options)
         self._nthreads = options.threads
@@ -77,8 +76,8 @@ class _Graph:
 
     def write(self, data: Any) -> int:
         nbytes = len(data) if type(data) is bytes else memoryview(data).nbytes
-        if self._splice and nbytes >= SPLICE_LIMIT:
-            self._streams.append((Payload(memoryview(data).cast("B"), 1), self._start + len(self._tail)))
+        if self._splice is not None and nbytes >= SPLICE_LIMIT:
+            self._splice(data, self._start + len(self._tail))
             return nbytes
         self._tail += data
         if len(self._tail) >= self._chunk_size:
@@ -117,10 +116,11 @@ class _Graph:
 
 class _OutOfBand:
     """The buffers of one pickle stream: numpy arrays reduced to out-of-band placeholders or
-    copied in band, and what the pickler's ``buffer_callback`` receives. The pickler gives its
-    ``reducer_override`` and ``buffer_callback`` to the methods of this object, which never
-    refers back to the pickler: a pickler and what it dumped are freed as soon as they are
-    dropped, with no reference cycle left for the garbage collector."""
+    copied in band, what the pickler's ``buffer_callback`` receives, and the large payloads
+    its `_Graph` splices out. The pickler gives its ``reducer_override``, ``buffer_callback``
+    and its graph's splices to the methods of this object, which never refers back to the
+    pickler: a pickler and what it dumped are freed as soon as they are dropped, with no
+    reference cycle left for the garbage collector."""
 
     def __init__(self, protocol: int, user_callback: BufferCallback | None, options: Options) -> None:
         self.streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset), pickle order
@@ -135,6 +135,9 @@ class _OutOfBand:
 
     def reset(self) -> None:
         """Forget the buffers of the last pickle stream."""
+        #: whether the pickle stream met an array, a buffer or a payload to splice since the
+        #: last reset
+        self.met = False
         self.streams.clear()
         self.external: list[int] = []  # slots of the buffers given to the caller's callback
         self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray, np.ndarray]] = {}
@@ -164,6 +167,7 @@ class _OutOfBand:
             return False
         if self._aliases is not None:
             self._aliases.clear()
+        self.met = False
         return True
 
     def reduce_ndarray(self, array: np.ndarray) -> Any:
@@ -172,6 +176,7 @@ class _OutOfBand:
         it (`blpickle.aliases`), or numpy's own reduction (protocols under 5, object arrays,
         dtypes numpy gives back changed, a caller's ``buffer_callback``). The array loads as
         ``pickle`` gives it back, contiguous ones read-only if they were, views as views."""
+        self.met = True
         met = array
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap loads as a plain array
@@ -202,6 +207,12 @@ class _OutOfBand:
         self._placeholders[id(placeholder)] = (placeholder, array, met)
         return reduce_ndarray(array, placeholder)
 
+    def splice(self, data: Any, offset: int) -> None:
+        """Keep a large payload the pickler wrote at ``offset`` of the pickle stream, to be
+        stored as a stream of its own."""
+        self.met = True
+        self.streams.append((Payload(memoryview(data).cast("B"), 1), offset))
+
     def name_arrays(self, obj: Any) -> None:
         """Name the payloads of the arrays taken out of band by their paths in ``obj``, the
         object just pickled (`blpickle.names`)."""
@@ -212,6 +223,7 @@ class _OutOfBand:
     def take_buffer(self, buffer: PickleBuffer) -> bool:
         """The C pickler's ``buffer_callback``: keep ``buffer`` out of band (False) or in the
         pickle stream (True)."""
+        self.met = True
         taken = self._placeholders.pop(id(buffer), None)
         if taken is not None:
             self._arrays[id(taken[2])] = len(self.streams)
@@ -261,7 +273,8 @@ class _RecordPickler(pickle.Pickler):
         if self._protocol < 0:
             self._protocol = HIGHEST_PROTOCOL
         self._out_of_band = _OutOfBand(self._protocol, buffer_callback, self.options)
-        self._graph = _Graph(self._out_of_band.streams, self._protocol >= 4, self.options)
+        splice = self._out_of_band.splice if self._protocol >= 4 else None
+        self._graph = _Graph(splice, self.options)
         callback = self._out_of_band.take_buffer if self._protocol >= 5 else buffer_callback
         self._init_pickler(self._graph, self._protocol, fix_imports, callback)
         self._file = file
@@ -458,8 +471,11 @@ def dumps(
         try:
             _C_DUMP(pickler, obj)
             tail = graph._tail
-            small = graph._packed is None and fits_compact(len(tail), 0, (), None)
-            if small and pickler._out_of_band.release_if_unused():
+            out_of_band = pickler._out_of_band
+            # `fits_compact` for an unsigned pickle stream, spelled out: its call would cost
+            # a tenth of a small record's dump
+            small = graph._packed is None and len(tail) < COMPACT_LIMIT
+            if small and (not out_of_band.met or out_of_band.release_if_unused()):
                 record = fmt.encode_compact(tail)
                 pickler.clear_memo()
                 tail.clear()  # encode_compact copied it, and nothing else refers to it

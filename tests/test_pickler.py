@@ -563,10 +563,11 @@ def test_deep_recursion_error_is_clean():
 
 
 class _Held:
-    """An object a weak reference can follow, holding arrays big and small."""
+    """An object a weak reference can follow, holding arrays big and small (a full record),
+    or two small ones (a compact record: both are copied in band)."""
 
-    def __init__(self) -> None:
-        self.big = np.arange(100_000.0)
+    def __init__(self, big: bool = True) -> None:
+        self.big = np.arange(100_000.0 if big else 10.0)
         self.small = np.arange(10)
 
 
@@ -600,9 +601,10 @@ DUMPERS = {
 }
 
 
+@pytest.mark.parametrize("big", [True, False], ids=["full record", "compact record"])
 @pytest.mark.parametrize("how", DUMPERS)
-def test_a_dumped_object_is_freed_as_soon_as_it_is_dropped(how, tmp_file, gc_disabled):
-    obj = _Held()
+def test_a_dumped_object_is_freed_as_soon_as_it_is_dropped(how, big, tmp_file, gc_disabled):
+    obj = _Held(big)
     refs = [weakref.ref(obj), weakref.ref(obj.big), weakref.ref(obj.small)]
     kept = DUMPERS[how](obj, tmp_file)  # a pickler stays alive: its memo must not hold obj
     del obj
