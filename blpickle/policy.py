@@ -1,7 +1,8 @@
 """How every buffer is compressed: codec, level, filters, element size, block and chunk size.
 
 The one module that decides it, for every kind of buffer blpickle writes: the out-of-band
-buffers of a record (`plan_buffer`), its pickle stream (`plan_graph`), the chunks of the
+buffers of a record (`plan_buffer`), its pickle stream (`plan_graph` as it is written,
+`plan_pickle` once it is whole; a small one is stored raw), the chunks of the
 joblib ``"blosc"`` stream (`pick_filters`), and buffers sent to another process, which
 travel raw when compressing them does not pay (`plan_transfer`). Each answer is a
 `ChunkPlan`; `blpickle.chunks` carries it out.
@@ -32,6 +33,7 @@ __all__ = [
     "pick_filters",
     "plan_buffer",
     "plan_graph",
+    "plan_pickle",
     "plan_raw",
     "plan_stream_chunk",
     "plan_transfer",
@@ -60,6 +62,10 @@ GRAPH_CHUNK_SIZE = 256 << 10
 #: The codec "auto" gives the pickle stream: on pickle opcodes and small arrays zstd stores
 #: about half of what lz4 stores (no sample needed).
 GRAPH_CODEC = "zstd"
+#: A whole pickle stream smaller than this (that of a record holding a few big buffers) is
+#: stored raw: setting Blosc2 up to compress it (about 25 µs for zstd) would cost more than
+#: the few KB it could save.
+GRAPH_RAW_LIMIT = 4 << 10
 #: A record whose pickle is smaller than this and that has no out-of-band buffer is written
 #: in the compact kind (docs/format.md): the pickle stored as is, with no header to encode
 #: and nothing to compress. No larger than `GRAPH_CHUNK_SIZE`, so that the pickler has not
@@ -215,6 +221,13 @@ def plan_graph(options: Options) -> ChunkPlan:
     chunk_size = min(options.chunk_size, GRAPH_CHUNK_SIZE)
     cparams = {**blosc2_cparams(options, 1, codec), "blocksize": chunk_size}
     return ChunkPlan(codec, 1, chunk_size, cparams)
+
+
+def plan_pickle(options: Options, nbytes: int) -> ChunkPlan:
+    """Return the plan of a record's whole pickle stream of ``nbytes`` (one that never
+    filled a chunk of `plan_graph`): raw under `GRAPH_RAW_LIMIT`, else `plan_graph`'s."""
+    plan = plan_graph(options)
+    return plan_raw(nbytes) if plan.raw or nbytes < GRAPH_RAW_LIMIT else plan
 
 
 def plan_transfer(

@@ -23,7 +23,7 @@ from .chunks import compress_chunk
 from .errors import DumpError
 from .frame_hash import FrameHash
 from .options import Options
-from .policy import ChunkPlan, plan_buffer, plan_graph, plan_raw
+from .policy import ChunkPlan, plan_buffer, plan_pickle
 from .pool import map_ordered, shared_pool
 
 __all__ = ["CountingWriter", "PackedStream", "Pickled", "write_pickled", "write_record"]
@@ -140,10 +140,9 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
     plans: list[ChunkPlan] = []
     infos: list[fmt.StreamInfo] = []
     if isinstance(graph, bytearray):
-        plan = plan_graph(options)
+        plan = plan_pickle(options, len(graph))
         if plan.raw:
             payloads.append(Payload(memoryview(graph), 1))
-            plan = plan_raw(len(graph))
         else:
             packed = PackedStream(plan, 1)
             packed.add(bytes(graph), last=True)

@@ -29,7 +29,7 @@ def bomb(stream: int, *, key: bytes | None = None, nchunks: int = 6, chunk: int 
     streams = parts.header["streams"]
     first = sum(-(-s["nbytes"] // s["chunk_size"]) for s in streams[:stream])
     count = -(-streams[stream]["nbytes"] // streams[stream]["chunk_size"])
-    streams[stream].update(nbytes=nchunks * chunk, chunk_size=chunk)
+    streams[stream].update(nbytes=nchunks * chunk, chunk_size=chunk, raw=False, codec="lz4")  # a small pickle is raw
     parts.payloads[first : first + count] = [zeros_chunk(chunk)] * nchunks
     parts.raw[first : first + count] = [False] * nchunks
     if key is not None:

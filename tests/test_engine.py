@@ -14,6 +14,8 @@ from blpickle.buffers import Payload
 from blpickle.errors import ChecksumError, CorruptError
 from blpickle.options import Options
 from blpickle.pool import map_ordered
+from blpickle.reader import RecordReader
+from blpickle.sources import MemorySource
 
 RAMP = np.arange(1 << 20, dtype=np.int64)  # compresses hundreds of times
 NOISE = np.frombuffer(os.urandom(1 << 20), dtype=np.uint8)  # does not compress
@@ -61,6 +63,20 @@ def test_the_policy_plans_record_buffers_and_the_pickle_stream():
     assert graph.cparams["blocksize"] == graph.chunk_size
     assert policy.plan_graph(Options(codec=None)).raw
     assert policy.chunk_size_for(Options(nthreads=4, chunk_size=1 << 22), 3 << 20, 8) == policy.PARALLEL_CHUNK_SIZE
+
+
+def test_a_small_pickle_stream_is_stored_raw_and_a_larger_one_compressed():
+    options = Options()
+    assert policy.plan_pickle(options, policy.GRAPH_RAW_LIMIT - 1) == policy.plan_raw(policy.GRAPH_RAW_LIMIT - 1)
+    assert policy.plan_pickle(options, policy.GRAPH_RAW_LIMIT) == policy.plan_graph(options)
+    assert policy.plan_pickle(Options(codec=None), 1 << 20).raw
+    for text, raw in (("x", True), ("x" * policy.GRAPH_RAW_LIMIT, False)):
+        obj = {"array": RAMP, "text": text}  # the array makes it a full record
+        data = blpickle.dumps(obj)
+        graph = RecordReader(MemorySource(data), nthreads=1).header.streams[0]
+        assert graph.raw is raw and (graph.codec is None) is raw
+        loaded = blpickle.loads(data)
+        assert loaded["text"] == text and np.array_equal(loaded["array"], RAMP)
 
 
 def test_transfers_go_raw_when_compression_does_not_pay():

@@ -34,6 +34,7 @@ import blpickle.info
 import blpickle.pool
 import blpickle.reader
 from blpickle import format as fmt
+from blpickle import policy
 
 OBJECT = {
     "ints": np.arange(30_000) // 3,
@@ -214,8 +215,10 @@ def record_of(pickled: bytes, protocol: int = 5, chunk_size: int | None = None, 
 
 def _full_record(protocol: int, **options) -> bytes:
     """A full record (not a compact one) whose only stream is its pickle: one dumped with an
-    out-of-band buffer, the buffer's stream then dropped."""
-    parts = records.split(blpickle.dumps(np.ones(1 << 20, "u1"), protocol, **options))
+    out-of-band buffer, the buffer's stream then dropped (the pickle holds enough bytes to be
+    compressed, with a codec)."""
+    obj = [np.ones(1 << 20, "u1"), bytes(policy.GRAPH_RAW_LIMIT)]
+    parts = records.split(blpickle.dumps(obj, protocol, **options))
     first = parts.header["streams"][0]
     nframes = fmt.StreamInfo(first["nbytes"], first["chunk_size"], raw=first["raw"]).nchunks
     parts.header["streams"] = [first]
