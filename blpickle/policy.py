@@ -54,6 +54,12 @@ AUTO_MIN_SAMPLE = 64 << 10
 #: rival).
 RECORD_SAMPLE_SIZE = 192 << 10
 RECORD_SAMPLE_FRACTION = 8
+#: With codec "auto", a record buffer this small (its sample under `AUTO_MIN_SAMPLE`) is
+#: stored raw unless lz4 shrinks its sample at least this many times: compressing it would
+#: cost more than pickling it (zstd: about 100 µs for 80 KB of noisy floats) to save a few
+#: percent.
+SMALL_BUFFER_LIMIT = AUTO_MIN_SAMPLE * RECORD_SAMPLE_FRACTION
+SMALL_BUFFER_MIN_RATIO = 1.25
 
 #: The pickle stream is compressed in chunks of this size as the pickler writes it, each one
 #: Blosc2 block: compressing overlaps pickling, and zstd's ratio on pickle opcodes grows with
@@ -199,13 +205,18 @@ def plan_raw(nbytes: int, typesize: int = 1) -> ChunkPlan:
 def plan_buffer(
     options: Options, nbytes: int, typesize: int, sample: Callable[[int], Any], multiple: int = 1
 ) -> ChunkPlan:
-    """Return the plan of an out-of-band buffer (or splice) of a record: raw with codec None;
-    else the codec (`choose_codec` on ``sample(size)``, about ``size`` bytes of it) and
-    chunks of `chunk_size_for` (a multiple of ``multiple`` bytes)."""
+    """Return the plan of an out-of-band buffer (or splice) of a record: raw with codec None,
+    or with codec "auto" for one under `SMALL_BUFFER_LIMIT` that lz4 does not shrink
+    `SMALL_BUFFER_MIN_RATIO` times; else the codec (`choose_codec` on ``sample(size)``,
+    about ``size`` bytes of it) and chunks of `chunk_size_for` (a multiple of ``multiple``
+    bytes)."""
     if options.codec is None:
         return plan_raw(nbytes, typesize)
     if options.codec == "auto":
-        codec = choose_codec(options, sample(min(RECORD_SAMPLE_SIZE, nbytes // RECORD_SAMPLE_FRACTION)), typesize)
+        some = sample(min(RECORD_SAMPLE_SIZE, nbytes // RECORD_SAMPLE_FRACTION))
+        if nbytes < SMALL_BUFFER_LIMIT and not _shrinks(options, some, typesize, SMALL_BUFFER_MIN_RATIO):
+            return plan_raw(nbytes, typesize)
+        codec = choose_codec(options, some, typesize)
     else:
         codec = options.codec
     return _compressed_plan(options, codec, typesize, chunk_size_for(options, nbytes, multiple))
@@ -294,6 +305,12 @@ def plan_stream_chunk(chunk: Any, options: Options, alternatives: Sequence[Optio
     if chosen.codec is None or chosen.codec == "auto":
         raise ValueError("the joblib stream needs options with a codec")
     return _compressed_plan(chosen, chosen.codec, typesize, max(memoryview(chunk).nbytes, 1))
+
+
+def _shrinks(options: Options, sample: Any, typesize: int, ratio: float) -> bool:
+    """Whether lz4 (with the options' filters) shrinks ``sample`` at least ``ratio`` times."""
+    nbytes = memoryview(sample).nbytes
+    return len(compress_chunk(sample, blosc2_cparams(options, typesize, "lz4"))) * ratio <= nbytes
 
 
 def _compressed_plan(options: Options, codec: str, typesize: int, chunk_size: int) -> ChunkPlan:

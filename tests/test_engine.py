@@ -65,6 +65,23 @@ def test_the_policy_plans_record_buffers_and_the_pickle_stream():
     assert policy.chunk_size_for(Options(nthreads=4, chunk_size=1 << 22), 3 << 20, 8) == policy.PARALLEL_CHUNK_SIZE
 
 
+def test_a_small_buffer_that_does_not_compress_is_stored_raw():
+    options = Options()
+    small = policy.SMALL_BUFFER_LIMIT - 8
+    noise, ramp = NOISE[:small], RAMP.view(np.uint8)[:small]
+    assert policy.plan_buffer(options, small, 1, lambda size: noise.data[:size]).raw
+    assert policy.plan_buffer(options, small, 8, lambda size: ramp.data[:size]).codec == "zstd"
+    assert policy.plan_buffer(Options(codec="lz4"), small, 1, lambda size: noise.data[:size]).codec == "lz4"
+    big = NOISE[: policy.SMALL_BUFFER_LIMIT]
+    assert policy.plan_buffer(options, big.nbytes, 1, lambda size: big.data[:size]).codec == "lz4"
+    floats = np.random.default_rng(0).standard_normal(10_000)  # 80 KB that shrinks a few percent
+    for array, raw in ((floats, True), (np.arange(10_000.0), False)):
+        data = blpickle.dumps(array)
+        stream = RecordReader(MemorySource(data), nthreads=1).header.streams[1]
+        assert stream.raw is raw
+        assert np.array_equal(blpickle.loads(data), array)
+
+
 def test_a_small_pickle_stream_is_stored_raw_and_a_larger_one_compressed():
     options = Options()
     assert policy.plan_pickle(options, policy.GRAPH_RAW_LIMIT - 1) == policy.plan_raw(policy.GRAPH_RAW_LIMIT - 1)
