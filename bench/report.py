@@ -272,7 +272,7 @@ def _bars(ax: plt.Axes, labels: list[str], values: list[float], fmt: str, ours: 
     ax.invert_yaxis()
     for yi, value in zip(y, values, strict=True):
         ax.text(value, yi, " " + fmt.format(value), va="center", fontsize="small")
-    ax.set_xlim(0, max(values) * 1.25)
+    ax.set_xlim(0, (max(values, default=0) or 1) * 1.25)  # all 0: the reference was not run
     ax.spines[["top", "right"]].set_visible(False)
 
 

@@ -8,6 +8,7 @@ read fails here, before ``python -m bench --replot`` does.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,12 @@ def test_the_summary_gives_the_range_of_the_default_over_each_peer() -> None:
         ("peer", "dump speed, x the peer's", "load speed, x the peer's", "peer's file size, x blpickle's"),
         ("`pickle` protocol 5", "0.50-2.0x", "3.0-4.0x", "2.0-10x"),
     ]
+
+
+def test_a_study_run_without_pickle_draws_its_speed_charts_without_a_warning(tmp_path: Path) -> None:
+    rows = [_row("np.save", 0.1, 0.05, 1.0, dataset) for dataset in ("low", "medium", "high")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report.plot_headline(rows, str(tmp_path / "headline.png"))
+        report.plot_speeds(rows, str(tmp_path / "speed.png"), "mid")
+    assert (tmp_path / "headline.png").read_bytes().startswith(PNG)
