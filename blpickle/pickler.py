@@ -102,7 +102,8 @@ class _Graph:
         """Return the whole pickle stream: compressing, or in memory if it never filled a chunk."""
         if self._packed is None:
             return self._tail
-        self._packed.add(bytes(self._tail), last=True)
+        if self._tail:  # a stream of whole chunks has no shorter last one
+            self._packed.add(bytes(self._tail), last=True)
         return self._packed
 
     def reset(self) -> None:

@@ -765,3 +765,32 @@ def test_arrays_keep_their_writeable_flag_as_pickle_does(size, layout, writeable
             assert loaded.flags.writeable == writeable, way
         np.testing.assert_array_equal(loaded, array)
     assert not blpickle.load(tmp_file, mmap_mode="r").flags.writeable
+
+
+def _pickled_to(size: int) -> dict:
+    """A dict whose protocol 5 pickle is ``size`` bytes long."""
+    for length in range(size - 100, size):
+        obj = {"log": "a" * length, "step": 7}
+        if len(pickle.dumps(obj, protocol=5)) == size:
+            return obj
+    raise AssertionError(f"no pickle of {size} bytes")
+
+
+@pytest.mark.parametrize(
+    ("size", "options"),
+    [
+        (blpickle.policy.GRAPH_CHUNK_SIZE, {}),
+        (2 * blpickle.policy.GRAPH_CHUNK_SIZE, {}),
+        (2 * 4096, {"chunk_size": 4096}),
+        (3 * 4096, {"chunk_size": 4096, "codec": "lz4"}),
+    ],
+)
+def test_a_pickle_stream_of_whole_chunks_loads(size, options, tmp_path):
+    obj = _pickled_to(size)
+    data = blpickle.dumps(obj, **options)
+    graph = RecordReader(MemorySource(data), nthreads=1).header.streams[0]
+    assert graph.nbytes == size and graph.nchunks == size // graph.chunk_size
+    assert blpickle.loads(data) == obj
+    with open(tmp_path / "r.blp", "wb") as file:
+        blpickle.Pickler(file, **options).dump(obj)
+    assert blpickle.load(tmp_path / "r.blp") == obj
