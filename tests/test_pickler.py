@@ -521,6 +521,21 @@ def test_mmap_mode_on_compressed_records_decompresses(tmp_file):
     assert_same_array(np.arange(1000), blpickle.load(tmp_file, mmap_mode="r"))
 
 
+def test_mmap_mode_maps_no_buffer_of_a_compressed_record(tmp_file):
+    """Only records written with codec None are mapped: the small buffers "auto" leaves raw
+    are read and checked, as its compressed ones are."""
+    obj = {"noise": np.random.default_rng(0).standard_normal(10_000), "ramp": np.arange(100_000)}
+    blpickle.dump(obj, tmp_file)
+    with open(tmp_file, "rb") as file:
+        streams = RecordReader(MemorySource(file.read()), nthreads=1).header.streams
+    assert [s.raw for s in streams[1:]] == [True, False]
+    for mode in ("r", "c", "r+"):
+        loaded = blpickle.load(tmp_file, mmap_mode=mode)
+        for key, array in obj.items():
+            assert not _maps_the_file(loaded[key])
+            assert_same_array(array, loaded[key])
+
+
 def test_options_are_validated_before_anything_is_written(tmp_file):
     for bad in (
         {"codec": "gzip"},

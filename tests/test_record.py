@@ -283,6 +283,23 @@ def test_uncompressed_records(tmp_path):
         assert np.array_equal(rec.lazy("model.coef_")[10:20], obj["model"].coef_[10:20])
 
 
+@pytest.mark.parametrize("codec", [None, "auto"])
+def test_a_part_of_a_raw_buffer_is_read_unchecked_only_with_codec_none(codec):
+    noise = np.random.default_rng(0).standard_normal(10_000)  # 80 KB that "auto" leaves raw
+    data = bytearray(blpickle.dumps({"noise": noise}, codec=codec))
+    with blpickle.open(bytes(data)) as rec:
+        assert rec.arrays[0].codec is None  # stored raw either way
+    data[data.index(noise[-1].tobytes())] ^= 1  # damage the last element, outside the slice
+    with blpickle.open(bytes(data)) as rec:
+        if codec is None:
+            assert np.array_equal(rec.lazy("noise")[:10], noise[:10])
+        else:
+            with pytest.raises(blpickle.ChecksumError):
+                rec.lazy("noise")[:10]
+        with pytest.raises(blpickle.ChecksumError):
+            rec["noise"]
+
+
 def test_chunks_hold_whole_rows():
     array = np.arange(3 * 1000 * 7, dtype=np.float32).reshape(3000, 7)  # rows of 28 bytes
     with blpickle.open(blpickle.dumps({"a": array}, chunk_size=1 << 16)) as rec:
