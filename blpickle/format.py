@@ -278,6 +278,13 @@ class Header:
     streams: tuple[StreamInfo, ...]
     external: tuple[int, ...] = ()
 
+    @property
+    def uncompressed(self) -> bool:
+        """Whether the writer's options say codec None: every buffer is raw, to be mapped.
+        Readers map raw buffers, or read parts of them unchecked, only then (another codec
+        leaves only small buffers raw, read and checked whole)."""
+        return self.options.get("codec", "") is None
+
     def encode(self) -> bytes:
         return msgpack.packb(
             {

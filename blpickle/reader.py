@@ -69,7 +69,6 @@ class RecordReader:
         self._next_stream = 0
         self.index = fmt.FrameIndex()
         self._compact_pickle: bytes | None = None
-        self._uncompressed = False  # written with codec None: its raw buffers may be mapped
         if self.compact:
             self.header = fmt.compact_header(header_bytes)
             self._compact_pickle = header_bytes
@@ -77,7 +76,6 @@ class RecordReader:
                 self.index.add(fmt.PREAMBLE.size, len(header_bytes), stored)
             return
         self.header = fmt.Header.decode(header_bytes)
-        self._uncompressed = self.header.options.get("codec", "") is None
         if key is not None:
             self._authenticate()
 
@@ -156,7 +154,7 @@ class RecordReader:
             # with mmap_mode only the out-of-band buffers of a record written with codec None
             # are mapped: the object graph is read, and so are the small buffers another
             # codec left raw, which are checked as its compressed ones are
-            mappable = into is None and number > 0 and info.splice is None and self._uncompressed
+            mappable = into is None and number > 0 and info.splice is None and self.header.uncompressed
             return self._read_raw(info, number, keep=True, into=into, mappable=mappable)
         out: np.ndarray | memoryview
         frames: Iterable[tuple]

@@ -146,9 +146,6 @@ class Record:
             head = ranges.read(0, self._data_start, "the header")
         reader = RecordReader(MemorySource(head), 1)  # checks the preamble, the header and its checksum
         self.header = reader.header
-        # a raw buffer of a record written with codec None may be read in part, unchecked;
-        # any other record's raw buffers are small ones, read whole
-        self._uncompressed = self.header.options.get("codec", "") is None
         self.signed = reader.signed
         self.version = f"{fmt.VERSION_MAJOR}.{reader.minor}"
         self._header_checksum = fmt.checksum(head[: self._data_start - fmt.U64.size])
@@ -385,7 +382,7 @@ class Record:
                 f"the pickle stream declares {info.nbytes} bytes stored in {self._stored[0]}: "
                 f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
             )
-        if info.raw and stop - start < info.nbytes and not self._uncompressed:
+        if info.raw and stop - start < info.nbytes and not self.header.uncompressed:
             return self._read(number, 0, info.nbytes)[start:stop].copy()  # read whole, to check it
         out = _allocate(stop - start, number)
         if stop == start:
