@@ -214,7 +214,8 @@ def plan_buffer(
         return plan_raw(nbytes, typesize)
     if options.codec == "auto":
         some = sample(min(RECORD_SAMPLE_SIZE, nbytes // RECORD_SAMPLE_FRACTION))
-        if nbytes < SMALL_BUFFER_LIMIT and not _shrinks(options, some, typesize, SMALL_BUFFER_MIN_RATIO):
+        small = nbytes < SMALL_BUFFER_LIMIT
+        if small and not _shrinks(some, blosc2_cparams(options, typesize, "lz4"), SMALL_BUFFER_MIN_RATIO):
             return plan_raw(nbytes, typesize)
         codec = choose_codec(options, some, typesize)
     else:
@@ -254,7 +255,7 @@ def plan_transfer(
     sample = spread_sample(view, TRANSFER_SAMPLES * TRANSFER_SAMPLE_SIZE, typesize, TRANSFER_SAMPLES)
     codec = choose_codec(options, sample, typesize)
     plan = _compressed_plan(options, codec, typesize, chunk_size_for(options, nbytes, typesize))
-    if compress == "auto" and len(compress_chunk(sample, plan.cparams)) * min_ratio > memoryview(sample).nbytes:
+    if compress == "auto" and not _shrinks(sample, plan.cparams, min_ratio):
         return plan_raw(nbytes, typesize)
     return plan
 
@@ -307,10 +308,9 @@ def plan_stream_chunk(chunk: Any, options: Options, alternatives: Sequence[Optio
     return _compressed_plan(chosen, chosen.codec, typesize, max(memoryview(chunk).nbytes, 1))
 
 
-def _shrinks(options: Options, sample: Any, typesize: int, ratio: float) -> bool:
-    """Whether lz4 (with the options' filters) shrinks ``sample`` at least ``ratio`` times."""
-    nbytes = memoryview(sample).nbytes
-    return len(compress_chunk(sample, blosc2_cparams(options, typesize, "lz4"))) * ratio <= nbytes
+def _shrinks(sample: Any, cparams: Mapping[str, Any], ratio: float) -> bool:
+    """Whether compressing ``sample`` with ``cparams`` shrinks it at least ``ratio`` times."""
+    return len(compress_chunk(sample, cparams)) * ratio <= memoryview(sample).nbytes
 
 
 def _compressed_plan(options: Options, codec: str, typesize: int, chunk_size: int) -> ChunkPlan:
