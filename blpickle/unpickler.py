@@ -33,7 +33,7 @@ from .options import Options, available_threads, check_key
 from .policy import COMPACT_LIMIT
 from .reader import RecordReader
 from .restricted import RestrictedUnpickler
-from .safe import Policy
+from .restricted import Policy
 from .sources import FileSource, MemorySource, Source, map_file
 
 __all__ = ["MMAP_MODES", "Unpickler", "load", "loads"]

@@ -3,9 +3,9 @@
 A pure-Python interpreter of the pickle opcodes of protocols 0-5: the stack, the marks and
 the memo. Every global goes through a `Policy`; what the pickle then does with objects
 (calls, ``NEWOBJ``, ``BUILD``, filling collections) goes through
-`blpickle.restricted_objects`, where the calls safe mode allows by default are made only
+`blpickle.restricted.objects`, where the calls safe mode allows by default are made only
 with arguments of the types and sizes they expect, and numpy dtypes and arrays are rebuilt
-from their checked states (`blpickle.restricted_numpy`), never by numpy's own
+from their checked states (`blpickle.restricted.numpy_state`), never by numpy's own
 ``__setstate__``. ``BUILD`` sets the state of objects of the types the caller allowed as
 pickle does, and of no builtin or numpy object. Opcodes that Python 3 never writes or that
 reach outside the pickle (``INST``, ``OBJ``, ``PERSID``, ``BINPERSID``, ``EXT1/2/4``) are
@@ -26,10 +26,10 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .errors import CorruptError, TruncatedError, UnsafeLoadError
-from .restricted_input import PickleInput
-from .restricted_numpy import array_from_state, dtype_from_state
-from .restricted_objects import (
+from ..errors import CorruptError, TruncatedError, UnsafeLoadError
+from .input import PickleInput
+from .numpy_state import array_from_state, dtype_from_state
+from .objects import (
     CallerError,
     Pending,
     add_items,
@@ -40,7 +40,7 @@ from .restricted_objects import (
     set_items,
     set_state,
 )
-from .safe import Policy
+from .policy import Policy
 
 __all__ = ["RestrictedUnpickler"]
 

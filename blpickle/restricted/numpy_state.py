@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .errors import CorruptError
+from ..errors import CorruptError
 
 __all__ = ["array_from_state", "dtype_from_state"]
 

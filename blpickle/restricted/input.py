@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import CorruptError
-from .sources import FileSource
+from ..errors import CorruptError
+from ..sources import FileSource
 
 __all__ = ["PickleInput"]
 

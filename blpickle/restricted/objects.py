@@ -3,7 +3,7 @@ instances, set their state, fill collections.
 
 The globals safe mode allows by default are called through `CHECKED_CALLS`, with their
 arguments checked (numpy's dtype and array reconstructors give a `Pending` object, built from
-its checked state when ``BUILD`` comes: `blpickle.restricted_numpy`). The code of types the
+its checked state when ``BUILD`` comes: `blpickle.restricted.numpy_state`). The code of types the
 caller allowed runs as pickle runs it; what it raises comes out wrapped in a `CallerError`.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import rebuild_ndarray, rebuild_view
-from .errors import CorruptError, UnsafeLoadError
+from ..arrays import rebuild_ndarray, rebuild_view
+from ..errors import CorruptError, UnsafeLoadError
 
 __all__ = [
     "CHECKED_CALLS",
