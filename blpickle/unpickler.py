@@ -32,8 +32,7 @@ from .layout import PickleFile, open_pickle
 from .options import Options, available_threads, check_key
 from .policy import COMPACT_LIMIT
 from .reader import RecordReader
-from .restricted import RestrictedUnpickler
-from .restricted import Policy
+from .restricted import Policy, RestrictedUnpickler
 from .sources import FileSource, MemorySource, Source, map_file
 
 __all__ = ["MMAP_MODES", "Unpickler", "load", "loads"]
