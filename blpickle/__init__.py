@@ -29,6 +29,7 @@ from .lazy import LazyArray
 from .options import PRESETS, Options
 from .pickler import DEFAULT_PROTOCOL, HIGHEST_PROTOCOL, CloudPickler, Pickler, dump, dumps
 from .record import ArrayInfo, Record, open
+from .safe import untrusted_globals
 from .unpickler import Unpickler, load, loads
 
 __version__ = "0.1.0"
@@ -70,4 +71,5 @@ __all__ = [
     "load",
     "loads",
     "open",
+    "untrusted_globals",
 ]

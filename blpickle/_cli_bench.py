@@ -264,7 +264,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_input(args.file)
         source_format = input_format(args.file, args.from_format)
         try:
-            obj, _ = read_object(args.file, source_format, safe=args.safe, allowed=args.allow)
+            obj, _ = read_object(args.file, source_format, safe=args.safe, allowed=args.allow or None)
         except (UsageError, ConversionError):
             raise
         except Exception as exc:

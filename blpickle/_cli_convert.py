@@ -116,7 +116,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                 source,
                 source_format,
                 safe=args.safe,
-                allowed=args.allow,
+                allowed=args.allow or None,
                 key=key if source_format == "blpickle" else None,
                 nthreads=nthreads if source_format == "blpickle" else None,
             )
@@ -125,7 +125,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         except Exception as exc:  # reading runs the input's own code: anything can come out
             hint = ""
             if isinstance(exc, UnsafeLoadError):
-                hint = f" (if you trust it: --allow {exc.module}.{exc.name})"
+                hint = " (if you trust it: " + " ".join(f"--allow {path}" for path in exc.refused) + ")"
             raise ConversionError(
                 f"cannot read {source} as {source_format}: {type(exc).__name__}: {error_text(exc)}{hint}"
             ) from None

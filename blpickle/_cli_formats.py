@@ -279,7 +279,7 @@ def read_object(
     format: str,
     *,
     safe: bool = False,
-    allowed: Iterable[str] = (),
+    allowed: Iterable[str] | None = None,
     key: bytes | None = None,
     nthreads: int | None = None,
 ) -> tuple[Any, list[str]]:
@@ -293,7 +293,7 @@ def read_object(
         ConversionError: when a needed package is missing.
         blpickle.LoadError, pickle.UnpicklingError, ValueError, OSError: for bad input.
     """
-    allowed = tuple(allowed)
+    restricted = safe or allowed is not None
     notes: list[str] = []
     if key is not None and format != "blpickle":
         raise UsageError(f"a key checks blpickle records only; the input is a {format} file")
@@ -304,16 +304,16 @@ def read_object(
                 notes.append(f"{path} holds more than one object: only the first was read")
         return obj, notes
     if format == "joblib":
-        if safe or allowed:
+        if restricted:
             raise UsageError("--safe/--allow cannot restrict joblib.load: it has no restricted mode")
         joblib = _need_joblib()
         with open_input(path) as file:
             return joblib.load(file), notes
     if format == "npy":
         with open_input(path) as file:
-            return np.load(file, allow_pickle=not (safe or allowed)), notes
+            return np.load(file, allow_pickle=not restricted), notes
     if format == "npz":
-        with open_input(path) as file, np.load(file, allow_pickle=not (safe or allowed)) as archive:
+        with open_input(path) as file, np.load(file, allow_pickle=not restricted) as archive:
             return {name: archive[name] for name in archive.files}, notes
     raise UsageError(f"cannot read {format!r} files; formats: {', '.join(FORMATS)}")
 

@@ -126,16 +126,37 @@ class SignatureError(LoadError):
 
 
 class UnsafeLoadError(LoadError):
-    """A restricted load (``safe=True``) met a global it may not import; nothing of it ran."""
+    """A restricted load (``safe=True``, ``allowed=``) met a global it does not admit, or a use
+    of one it does not allow (a function called, a class called with arguments); the refused
+    global never ran.
 
-    def __init__(self, module: str, name: str, reason: str = "") -> None:
-        if reason:
-            message = f"refused to import {module}.{name}: {reason}"
-        else:
-            message = (
-                f"refused to import {module}.{name}: safe=True only builds builtin containers and "
-                "scalars and numpy arrays, dtypes and scalars; if you trust this data, pass "
-                f"allowed=[{f'{module}.{name}'!r}]"
-            )
-        super().__init__(message)
+    Attributes:
+        module, name, reason: the first refusal.
+        refused: every global of the pickle the policy refuses, ``{"module.name": reason}``
+            (the pickle is read to its end, running nothing after the first refusal).
+    """
+
+    def __init__(self, module: str, name: str, reason: str = "", refused: dict[str, str] | None = None) -> None:
         self.module, self.name = module, name
+        self.reason = reason or "safe=True admits builtin containers and scalars and numpy data"
+        self.refused = dict(refused) if refused else {f"{module}.{name}": self.reason}
+        lines = [f"refused to import {path}: {why}" for path, why in self.refused.items()]
+        hint = ", ".join(
+            repr(path)
+            for path, why in self.refused.items()
+            if not path.startswith("<") and "even when named" not in why
+        )
+        lines.append(
+            "if you trust this data, allow what it needs: a package's classes with allowed=['pkg.*'], "
+            f"a function or a class called with arguments by its exact name (allowed=[{hint}])"
+            if hint
+            else "no allowed= admits it"
+        )
+        super().__init__("\n".join(lines) if len(self.refused) > 1 else f"{lines[0]}; {lines[1]}")
+
+    @classmethod
+    def of(cls, refused: dict[str, str]) -> UnsafeLoadError:
+        """The error that lists every refusal of ``refused`` (at least one)."""
+        path, reason = next(iter(refused.items()))
+        module, _, name = path.rpartition(".") if not path.startswith("<") else ("", "", path)
+        return cls(module, name, reason, refused)

@@ -13,7 +13,7 @@ import os
 import pickle
 import struct
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, NamedTuple
 
 from . import format as fmt
@@ -73,14 +73,17 @@ class Unpickler(pickle.Unpickler):
             Compressed buffers, and files that are not plain files on disk, are read as
             usual.
         nthreads: decompression threads (default: every available CPU).
-        safe: import no global but builtin containers and scalars and numpy arrays, dtypes
-            and scalars (`blpickle.safe.SAFE_GLOBALS`); anything else raises
-            `blpickle.UnsafeLoadError` before it is imported. The pickle is run by
-            `blpickle.restricted.RestrictedUnpickler` (pure Python), which rebuilds
+        safe: load data only (see `blpickle.safe`): builtin containers and scalars, numpy
+            arrays, dtypes, scalars and random generators; nothing is called but vetted
+            reconstructors; anything else raises `blpickle.UnsafeLoadError`, naming every
+            global the pickle needs that is not admitted, before it is imported. The pickle is
+            run by `blpickle.restricted.RestrictedUnpickler` (pure Python), which rebuilds
             numpy dtypes and arrays from checked states; ``find_class`` and
             ``persistent_load`` overrides are not used.
-        allowed: more globals a safe load may import: import paths (``"pkg.mod.Name"``,
-            ``"pkg.*"``) or the types and functions themselves. Implies ``safe``.
+        allowed: what a safe load admits besides: ``"pkg.*"`` (a package's classes and
+            constants, created as data, and its vetted reconstructors) or exact names
+            (``"pkg.mod.name"`` or the object itself: called as pickle calls it). Any value
+            but None, an empty list included, means a restricted load.
         key: the key the record was signed with: the whole record is read and its
             signature checked before anything is decompressed or unpickled; unsigned or
             altered records raise `blpickle.SignatureError`. Plain pickle data is
@@ -104,7 +107,7 @@ class Unpickler(pickle.Unpickler):
         mmap_mode: str | None = None,
         nthreads: int | None = None,
         safe: bool = False,
-        allowed: Iterable[str | Any] = (),
+        allowed: Iterable[str | Any] | None = None,
         key: bytes | None = None,
     ) -> None:
         if mmap_mode not in MMAP_MODES:
@@ -115,8 +118,7 @@ class Unpickler(pickle.Unpickler):
         self._buffers = buffers
         self._mmap_mode = mmap_mode
         self._nthreads = available_threads() if nthreads is None else Options(nthreads=nthreads).threads
-        allowed = tuple(allowed)
-        self._policy = Policy(allowed) if safe or allowed else None
+        self._policy = Policy(allowed or ()) if safe or allowed is not None else None
         self._key = check_key(key)
 
     def load(self) -> Any:
@@ -176,15 +178,22 @@ class Unpickler(pickle.Unpickler):
         finally:
             self._file.seek(start + source.pos)
 
-    def _unpickle(self, file: Any, buffers: Iterable[Any] | None) -> Any:
-        """Unpickle ``file``: in safe mode with the `RestrictedUnpickler`, else with
+    def _unpickle(self, file: Any, buffers: Iterable[Any] | None, stored: Callable[[], int] | None = None) -> Any:
+        """Unpickle ``file``: in safe mode with the `RestrictedUnpickler` (``stored`` gives the
+        bytes of input read so far, for a record's decompressed pickle stream), else with
         the C unpickler with a fresh state, keeping this object's overrides (``find_class``,
         ``persistent_load``) and attributes. (Re-initialising a C Unpickler that has already
         loaded crashes CPython, so each load gets a clone.)"""
         fix_imports, encoding, errors = self._settings
         if self._policy is not None:
             return RestrictedUnpickler(
-                file, self._policy, buffers=buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
+                file,
+                self._policy,
+                buffers=buffers,
+                fix_imports=fix_imports,
+                encoding=encoding,
+                errors=errors,
+                stored=stored,
             ).load()
         clone = pickle.Unpickler.__new__(type(self))
         clone.__dict__.update(self.__dict__)
@@ -206,7 +215,7 @@ class Unpickler(pickle.Unpickler):
                 )
             buffers = _merge_buffers(iter(buffers), iter(self._buffers), header.external)
         try:
-            obj = self._unpickle(graph, buffers)
+            obj = self._unpickle(graph, buffers, lambda: source.pos)
         except BlpickleError:
             raise
         except Exception as exc:
@@ -308,7 +317,7 @@ def load(
     mmap_mode: str | None = None,
     nthreads: int | None = None,
     safe: bool = False,
-    allowed: Iterable[str | Any] = (),
+    allowed: Iterable[str | Any] | None = None,
     key: bytes | None = None,
 ) -> Any:
     """Read one object from ``file``: a blpickle record or plain pickle data.
@@ -326,10 +335,13 @@ def load(
             view a memory map of the file, as with `numpy.load` (not checksummed); None (the
             default) reads the file. Ignored with ``key``: a signed load maps nothing.
         nthreads: decompression threads (default: every available CPU).
-        safe: refuse every global but builtin containers and scalars and numpy arrays,
-            dtypes and scalars, with a restricted unpickler (`blpickle.restricted`).
-        allowed: more globals a safe load may import: ``"pkg.mod.Name"``, ``"pkg.*"``, or the
-            objects themselves. Implies ``safe``.
+        safe: load data only, with a restricted unpickler (`blpickle.restricted`): builtin
+            containers and scalars, numpy arrays, dtypes, scalars and random generators, and
+            what ``allowed`` adds; call nothing but vetted reconstructors.
+        allowed: what a safe load admits besides: ``"pkg.*"`` (the classes and constants of a
+            package, created as data, and its vetted reconstructors), ``"pkg.mod.name"`` or
+            the object itself (that object, called as pickle calls it). Any value but None
+            (an empty list included) means a restricted load.
         key: the key the record was signed with: the signature is checked before anything
             is decompressed or unpickled; unsigned or altered records raise `SignatureError`.
 
@@ -367,7 +379,7 @@ def loads(
     buffers: Iterable[Any] | None = None,
     nthreads: int | None = None,
     safe: bool = False,
-    allowed: Iterable[str | Any] = (),
+    allowed: Iterable[str | Any] | None = None,
     key: bytes | None = None,
 ) -> Any:
     """Read one object from a bytes-like object: a blpickle record or plain pickle data.
@@ -385,7 +397,7 @@ def loads(
     """
     if isinstance(data, str):
         raise TypeError("a bytes-like object is required, not 'str'")
-    if not safe and not allowed and key is None:
+    if not safe and allowed is None and key is None:
         body = fmt.checked_compact_pickle(data)
         if body is not None:
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import blosc2
 import msgpack
 
 from blpickle import format as fmt
@@ -64,3 +65,16 @@ def join(parts: Parts, trailer: dict[str, Any] | None = None) -> bytes:
     out += fmt.U64.pack(len(trailer_bytes)) + trailer_bytes
     out += fmt.FOOTER.pack(len(trailer_bytes), fmt.checksum(trailer_bytes, header_checksum), fmt.END_MAGIC)
     return bytes(out)
+
+
+def with_pickle_stream(record: bytes, stream: bytes) -> bytes:
+    """``record`` (one that holds one buffer) with its pickle stream replaced by ``stream``,
+    compressed with zstd in one chunk, every checksum right: the out-of-band buffer is
+    dropped from the header and the frames."""
+    parts = split(record)
+    chunk = blosc2.compress2(stream, cparams={"codec": blosc2.Codec.ZSTD, "typesize": 1, "clevel": 9})
+    parts.header["streams"] = [
+        {"nbytes": len(stream), "chunk_size": len(stream), "itemsize": 1, "raw": False, "codec": "zstd"}
+    ]
+    parts.payloads, parts.raw = [bytes(chunk)], [False]
+    return join(parts)

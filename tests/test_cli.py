@@ -459,12 +459,12 @@ def test_convert_safe_refuses_unknown_globals(call, tmp_path):
     assert result.returncode == 1
     assert "UnsafeLoadError" in result.stderr and "--allow" in result.stderr
     assert not marker.exists() and not (tmp_path / "m.blp").exists()
-    ordered = tmp_path / "o.pkl"
-    ordered.write_bytes(pickle.dumps(collections.OrderedDict(a=np.arange(3))))
-    assert call("convert", ordered, tmp_path / "o.blp", "--safe").returncode == 1
-    result = call("convert", ordered, tmp_path / "o.blp", "--allow", "collections.OrderedDict")
+    chained = tmp_path / "o.pkl"
+    chained.write_bytes(pickle.dumps(collections.ChainMap({"a": np.arange(3)})))
+    assert call("convert", chained, tmp_path / "o.blp", "--safe").returncode == 1
+    result = call("convert", chained, tmp_path / "o.blp", "--allow", "collections.ChainMap")
     assert result.returncode == 0, result.stderr
-    assert isinstance(blpickle.load(tmp_path / "o.blp"), collections.OrderedDict)
+    assert isinstance(blpickle.load(tmp_path / "o.blp"), collections.ChainMap)
 
 
 def test_convert_safe_and_joblib(call, files, tmp_path):

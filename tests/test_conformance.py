@@ -3,24 +3,32 @@
 ``test.pickletester`` is the suite CPython uses for its pickle implementations. blpickle runs
 ``AbstractPickleTests``, ``AbstractUnpickleTests`` and ``AbstractPickleModuleTests`` through
 ``dumps/loads/dump/load`` and through ``Pickler``/``Unpickler``, and the unpickling tests in
-safe mode too (``SafeFunctionsTests``, with ``SAFE_MODE_EXCLUDED``). Opcode checks read the pickle
+safe mode too (``SafeFunctionsTests``, with ``SAFE_MODE_EXCLUDED``: the restricted interpreter,
+with a policy that admits every name the suite uses as if named exactly; tests/test_safe.py
+tests the policy itself). Opcode checks read the pickle
 stream inside each record. The only tests left out inspect the raw output bytes, which
 blpickle wraps in its own compressed record; each one is listed in ``RAW_OUTPUT_TESTS`` with
 the reason.
 """
 
+import _compat_pickle
+import importlib
 import io
 import pickle
 import pickletools
 import struct
 import types
 import unittest
+from unittest import mock
 
 from test import pickletester
 
 import blpickle
+import blpickle.unpickler
 from blpickle.format import MAGIC
 from blpickle.reader import RecordReader
+from blpickle.restricted.policy import Admitted, Policy
+from blpickle.restricted.registry import REGISTRY
 from blpickle.sources import MemorySource
 
 #: Tests that compare the raw output bytes with what plain pickle writes: blpickle wraps the
@@ -132,13 +140,26 @@ class ModuleTests(pickletester.AbstractPickleModuleTests, unittest.TestCase):
     Unpickler = blpickle.Unpickler
 
 
-#: Packages the suite's pickles name; safe mode is run with them allowed (the suite checks the
-#: interpreter, not the allowlist: tests/test_safe.py does that).
-SUITE_PACKAGES = [
-    *("builtins", "copyreg", "collections", "datetime", "decimal", "fractions", "io", "types", "functools"),
-    *("_functools", "operator", "_operator", "array", "weakref", "abc", "enum", "re", "test", "__main__"),
-    *("pickle", "_pickle", "codecs", "_codecs", "time", "http", "_frozen_importlib", "os", "posix", "dbm"),
-]
+class _EveryNameExactly(Policy):
+    """A policy admitting every name the suite uses as if the caller named it exactly (the
+    suite checks the interpreter, not the policy: tests/test_safe.py does that)."""
+
+    def __init__(self, allowed=()):
+        super().__init__(allowed)
+
+    def admit(self, module, name):
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        if isinstance(obj, type):
+            self._classes[id(obj)] = obj
+        vetted = REGISTRY.get(f"{module}.{name}") if obj is not getattr else None
+        return Admitted(obj, "vetted" if vetted else "exact", vetted)
+
+
 #: Tests that cannot pass in safe mode, each with its reason: malformed input raises
 #: CorruptError (an UnpicklingError) there, never pickle's TypeError or ValueError, and opcodes
 #: that Python 3 never writes are refused.
@@ -158,6 +179,11 @@ SAFE_MODE_EXCLUDED = {
     "test_load_global": "expects the import errors of modules that do not exist; safe mode refuses "
     "names outside the allowed packages before importing anything",
     "test_load_stack_global": "as test_load_global",
+    "test_py_methods": "calls methods that getattr returned: safe mode calls only the globals it imported",
+    "test_c_methods": "as test_py_methods",
+    "test_oob_buffers": "calls ZeroCopyBytes._reconstruct, which getattr returned (as test_py_methods)",
+    "test_oob_buffers_writable_to_readonly": "as test_oob_buffers",
+    "test_complex_newobj_ex": "calls a functools.partial that a call returned (as test_py_methods)",
 }
 
 
@@ -165,7 +191,8 @@ class SafeFunctionsTests(FunctionsTests):
     """dumps/loads with loads in safe mode (the restricted unpickler), the suite's packages allowed."""
 
     def loads(self, buf, **kwds):
-        return blpickle.loads(buf, allowed=[f"{package}.*" for package in SUITE_PACKAGES], **kwds)
+        with mock.patch.object(blpickle.unpickler, "Policy", _EveryNameExactly):
+            return blpickle.loads(buf, safe=True, **kwds)
 
 
 _exclude(SafeFunctionsTests, SAFE_MODE_EXCLUDED)

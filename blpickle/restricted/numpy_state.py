@@ -14,13 +14,23 @@ import numpy as np
 
 from ..errors import CorruptError
 
-__all__ = ["array_from_state", "dtype_from_state"]
+__all__ = ["Pending", "array_from_state", "dtype_from_state"]
 
 #: The ``flags`` bit of a dtype state that marks an aligned struct (numpy's NPY_ALIGNED_STRUCT).
 _ALIGNED_STRUCT = 0x80
 _DATETIME_UNITS = frozenset({"Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as", "generic"})
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 _BYTE_ORDERS = frozenset({"<", ">", "=", "|"})
+
+
+class Pending:
+    """A dtype or array made by ``REDUCE``, waiting for its state (``BUILD``)."""
+
+    __slots__ = ("args", "keys", "kind")
+
+    def __init__(self, kind: str, args: tuple[Any, ...]) -> None:
+        self.kind, self.args = kind, args
+        self.keys: list[int] = []  # the memo keys that hold it
 
 
 def dtype_from_state(args: tuple[Any, ...], state: Any) -> np.dtype:

@@ -1,9 +1,16 @@
-"""Restricted loading: only builtin containers and scalars, numpy arrays, dtypes and scalars,
-and what the caller allows.
+"""What a restricted load admits: data, not functions.
 
-A safe load runs the restricted unpickler (`blpickle.restricted`), whichever path the data
-takes (records, plain pickle data, object arrays, nested containers): every global it imports
-is checked there by a `Policy`, before anything it names is imported or called.
+- ``safe=True`` admits builtin containers and scalars, numpy and ml_dtypes classes and
+  constants (arrays, dtypes, scalar types, random generators), a few standard data types
+  (`collections`, `datetime`, `decimal`, `fractions`, `uuid`, `zoneinfo`), and calls only the
+  vetted reconstructors of `blpickle.restricted.registry` whose package is ``None``.
+- A package pattern (``"pkg.*"``) admits the **classes** and constants defined in that package:
+  a class is created the way pickle creates plain instances (``cls.__new__``, then its state),
+  never called with arguments from the file; the package's vetted reconstructors are called
+  too. A pattern never admits a function.
+- An exact name (``"pkg.mod.name"``, or the object itself) admits that one object, which may
+  be called as pickle calls it: the caller trusts it.
+- `DENIED` names what runs code or touches files: refused even when named exactly.
 """
 
 from __future__ import annotations
@@ -12,41 +19,199 @@ import _compat_pickle
 import importlib
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import UnsafeLoadError
+from .registry import FAMILIES, REGISTRY, Reconstructor
 
-__all__ = ["SAFE_GLOBALS", "Policy"]
+__all__ = ["DENIED", "SAFE_CLASSES", "SAFE_GLOBALS", "SAFE_PACKAGES", "Admitted", "Policy"]
 
 _OUTSIDE = "outside the allowed packages"
+#: How a refusal of `DENIED` ends.
+_ALWAYS = "refused even when named exactly"
 
-#: The globals ``safe=True`` allows, as ``module.name``.
-SAFE_GLOBALS = frozenset(
+#: Packages whose classes and constants ``safe=True`` admits.
+SAFE_PACKAGES = ("numpy", "ml_dtypes")
+#: Further classes ``safe=True`` admits, as ``module.name`` (the vetted reconstructors that
+#: are classes are admitted too).
+SAFE_CLASSES = frozenset(
     {
-        # builtins that pickle protocols 0-5 use for containers and scalars
-        "builtins.set",
-        "builtins.frozenset",
-        "builtins.bytes",  # empty bytes at protocols 0-2
-        "builtins.bytearray",
-        "builtins.complex",
-        "builtins.slice",
-        "builtins.range",
-        "_codecs.encode",  # bytes at protocols 0-2
-        # numpy arrays, dtypes and scalars (numpy 2 and numpy 1 spellings)
-        "numpy.ndarray",
-        "numpy.dtype",
-        "numpy._core.multiarray._reconstruct",
-        "numpy.core.multiarray._reconstruct",
-        "numpy._core.multiarray.scalar",
-        "numpy.core.multiarray.scalar",
-        "numpy._core.numeric._frombuffer",
-        "numpy.core.numeric._frombuffer",
-        # how blpickle records rebuild arrays (checks sizes, refuses object dtypes) and views
-        # of them (checks that the view lies inside its base)
-        "blpickle.arrays.rebuild_ndarray",
-        "blpickle.arrays.rebuild_view",
+        *(f"builtins.{name}" for name in ("list", "dict", "tuple", "int", "float", "str", "bool", "object")),
+        "uuid.UUID",
+        "zoneinfo.ZoneInfo",
     }
 )
+#: The reconstructors ``safe=True`` calls, as ``module.name``.
+SAFE_GLOBALS = frozenset(path for path, entry in REGISTRY.items() if entry.package is None)
+
+#: What runs code, imports it, or reads or writes files: refused even when named exactly, with
+#: the reason. A key names a module (and everything in it) or one object.
+DENIED: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "builtins.eval",
+            "builtins.exec",
+            "builtins.compile",
+            "builtins.__import__",
+            "builtins.breakpoint",
+            "builtins.input",
+            "builtins.help",
+            "builtins.exit",
+            "builtins.quit",
+            "code",
+            "codeop",
+            "runpy",
+            "pdb",
+            "bdb",
+            "timeit",
+            "cProfile",
+            "profile",
+            "trace",
+            "types.FunctionType",
+            "types.CodeType",
+            "types.LambdaType",
+            "numpy.testing",
+            "numpy.f2py",
+            "numpy.distutils",
+            "pandas.eval",
+            "pandas.core.computation",
+            "pandas.testing",
+            "pandas.util",
+            "sklearn.utils._testing",
+            "sklearn.utils.fixes",
+            "torch.jit",
+            "torch.utils.cpp_extension",
+            "torch.package",
+        ),
+        "it runs code",
+    ),
+    **dict.fromkeys(
+        (
+            "builtins.getattr",
+            "builtins.setattr",
+            "builtins.delattr",
+            "builtins.globals",
+            "builtins.locals",
+            "builtins.vars",
+            "operator.attrgetter",
+            "operator.methodcaller",
+            "functools.partial",
+            "functools.reduce",
+            "inspect",
+            "gc",
+            "ctypes",
+            "_ctypes",
+            "numpy.ctypeslib",
+            "sys",
+        ),
+        "it reaches any object from the ones it is given",
+    ),
+    **dict.fromkeys(
+        (
+            "os",
+            "posix",
+            "nt",
+            "posixpath",
+            "ntpath",
+            "subprocess",
+            "_posixsubprocess",
+            "pty",
+            "signal",
+            "multiprocessing",
+            "concurrent",
+            "threading",
+            "_thread",
+            "asyncio",
+            "socket",
+            "_socket",
+            "ssl",
+            "select",
+            "selectors",
+            "webbrowser",
+            "urllib",
+            "http",
+            "ftplib",
+            "smtplib",
+            "xmlrpc",
+        ),
+        "it runs programs or reaches the system",
+    ),
+    **dict.fromkeys(
+        (
+            "importlib",
+            "pkgutil",
+            "zipimport",
+            "site",
+            "builtins.open",
+            "io.open",
+            "io.FileIO",
+            "_io",
+            "pathlib",
+            "shutil",
+            "tempfile",
+            "glob",
+            "fileinput",
+            "linecache",
+            "shelve",
+            "dbm",
+            "sqlite3",
+            "zipfile",
+            "tarfile",
+            "marshal",
+            "pickle",
+            "_pickle",
+            "copyreg",
+            "cloudpickle",
+            "dill",
+            "joblib",
+            "blpickle.unpickler",
+            "numpy.load",
+            "numpy.loadtxt",
+            "numpy.genfromtxt",
+            "numpy.fromfile",
+            "numpy.fromregex",
+            "numpy.save",
+            "numpy.savez",
+            "numpy.savez_compressed",
+            "numpy.savetxt",
+            "numpy.memmap",
+            "numpy.lib.format",
+            "numpy.lib.npyio",
+            "numpy.lib._npyio_impl",
+            "numpy.lib._datasource",
+            "numpy.DataSource",
+            "pandas.io",
+            "pandas.read_pickle",
+            "pandas.to_pickle",
+            "scipy.io",
+            "sklearn.datasets",
+            "xarray.backends",
+            "xarray.tutorial",
+            "xarray.open_dataset",
+            "xarray.open_dataarray",
+            "xarray.open_mfdataset",
+            "xarray.open_zarr",
+            "xarray.load_dataset",
+            "xarray.load_dataarray",
+            "torch.load",
+            "torch.save",
+            "torch.serialization",
+            "torch.storage._load_from_bytes",
+            "torch.hub",
+        ),
+        "it imports code, or reads or writes files (some of which it unpickles)",
+    ),
+}
+
+
+class Admitted(NamedTuple):
+    """A global the policy admits, and how: ``"class"`` (created, never called with
+    arguments), ``"constant"`` (used as it is), ``"exact"`` (named by the caller: called as
+    pickle calls it) or ``"vetted"`` (a reconstructor: called through ``reconstructor``)."""
+
+    obj: Any
+    how: str
+    reconstructor: Reconstructor | None = None
 
 
 def _import_path(entry: str | Any) -> str:
@@ -58,12 +223,25 @@ def _import_path(entry: str | Any) -> str:
     return f"{module}.{qualname}"
 
 
+def _within(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + ".")
+
+
+def denied(path: str) -> str | None:
+    """Return why ``path`` (``module.name``) is always refused, or None."""
+    for prefix, reason in DENIED.items():
+        if _within(path, prefix):
+            return f"{reason}: {_ALWAYS}"
+    return None
+
+
 class Policy:
-    """Which globals a restricted load may import.
+    """Which globals a restricted load admits, and how each may be used.
 
     Args:
-        allowed: extra import paths (``"package.module.Name"``, or ``"package.*"`` for a whole
-            package) or the types and functions themselves, on top of `SAFE_GLOBALS`.
+        allowed: import paths (``"package.module.Name"``, or ``"package.*"`` for the classes
+            and constants of a whole package) or the objects themselves, on top of what
+            ``safe=True`` admits. Empty: ``safe=True`` alone.
 
     Raises:
         TypeError: for an entry that is neither a string nor an importable object.
@@ -71,46 +249,122 @@ class Policy:
 
     def __init__(self, allowed: Iterable[str | Any] = ()) -> None:
         paths = {_import_path(entry) for entry in allowed}
-        self._exact = SAFE_GLOBALS | {p for p in paths if not p.endswith(".*")}
-        self._packages = tuple(p[:-2] for p in paths if p.endswith(".*"))
+        self._exact = frozenset(p for p in paths if not p.endswith(".*"))
+        self._packages = (*SAFE_PACKAGES, *(p[:-2] for p in paths if p.endswith(".*")))
+        self._classes: dict[int, Any] = {}  # id -> class admitted so far (kept alive)
 
-    def check(self, module: str, name: str) -> None:
-        """Return if ``module.name`` may be imported; raise `UnsafeLoadError` if not.
+    def admit(self, module: str, name: str) -> Admitted:
+        """Return what ``module.name`` is and how the load may use it.
 
-        The name must be allowed: an exact name, or inside an allowed package. Names reaching
-        through dunder attributes (``Class.__init__.__globals__``) are always refused: they
-        lead from an allowed object to anything. Then what the name resolves to is judged
-        (``find_class`` follows dotted names through attributes, so a name inside a package
-        can reach any module the package imports): it may not be a module, and for a package
-        the modules the name passes through, and the module the object is defined in (its
-        ``__module__``, else the module holding it), must lie inside an allowed package.
+        Python 2 names are mapped first, as pickle maps them. A dotted name is followed
+        through attributes, as pickle does from protocol 4 on: it may pass through no dunder
+        attribute (``Class.__init__.__globals__``) and, unless named exactly, through no
+        module outside the allowed packages; what it resolves to may not be a module, and
+        must be defined inside an allowed package unless named exactly or vetted.
+
+        Raises:
+            UnsafeLoadError: naming the global and why it is refused; nothing of it ran.
         """
-        if (module, name) in _compat_pickle.NAME_MAPPING:  # Python 2 names, as find_class maps them
+        if (module, name) in _compat_pickle.NAME_MAPPING:
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         elif module in _compat_pickle.IMPORT_MAPPING:
             module = _compat_pickle.IMPORT_MAPPING[module]
-        if any(part.startswith("__") for part in name.split(".")):
+        path = f"{module}.{name}"
+        parts = name.split(".")
+        vetted = REGISTRY.get(path)
+        reason = None if vetted is not None else denied(path)
+        if reason:
+            raise UnsafeLoadError(module, name, reason)
+        if len(parts) > 1 and any(part.startswith("__") for part in parts):
             raise UnsafeLoadError(module, name, "it reaches through a dunder attribute")
-        exact = f"{module}.{name}" in self._exact
-        if not exact and not self._inside(module):
-            raise UnsafeLoadError(module, name)
-        try:
-            holder = obj = importlib.import_module(module)
-            for part in name.split("."):
-                obj = getattr(obj, part)
-                if isinstance(obj, ModuleType):
-                    if not exact and not self._inside(obj.__name__):
-                        raise UnsafeLoadError(module, name, f"it reaches through module {obj.__name__}, {_OUTSIDE}")
-                    holder = obj
-        except (ImportError, AttributeError):
-            return  # find_class raises the same error, having returned nothing
+        if vetted is not None and not (vetted.package is None or self._inside(vetted.package) or path in self._exact):
+            raise UnsafeLoadError(module, name, f"a reconstructor of {vetted.package}: allow '{vetted.package}.*'")
+        trusted = vetted is not None or path in self._exact or path in SAFE_CLASSES
+        if not trusted and not self._inside(module):
+            raise UnsafeLoadError(module, name, "it lies outside the allowed packages and names")
+        if not trusted and parts[0].startswith("__"):
+            raise UnsafeLoadError(module, name, "a package pattern admits no dunder name: name it exactly")
+        obj, holder = self._resolve(module, name, trusted)
         if isinstance(obj, ModuleType):
             raise UnsafeLoadError(module, name, "it is a module")
-        home = getattr(obj, "__module__", None)
-        home = home if isinstance(home, str) else holder.__name__
-        if not exact and not self._inside(home):
-            raise UnsafeLoadError(module, name, f"it is defined in {home}, {_OUTSIDE}")
+        home = _home(obj)
+        reason = denied(home) if home and vetted is None else None
+        if reason:
+            raise UnsafeLoadError(module, name, f"it is {home}: {reason}")
+        if vetted is not None:
+            how = "vetted"
+        elif path in self._exact:
+            how = "exact"
+        elif isinstance(obj, type):
+            how = "class"
+        elif callable(obj):
+            raise UnsafeLoadError(
+                module, name, f"a package pattern admits classes and data, not functions: name {path!r} exactly"
+            )
+        else:
+            how = "constant"
+        if path not in self._exact and vetted is None and path not in SAFE_CLASSES:
+            defined = getattr(obj, "__module__", None) if how == "class" else holder
+            if not isinstance(defined, str) or not self._inside(defined):
+                raise UnsafeLoadError(module, name, f"it is defined in {defined}, {_OUTSIDE}")
+        if isinstance(obj, type):
+            self._classes[id(obj)] = obj
+        return Admitted(obj, how, vetted)
+
+    def admitted(self, cls: Any) -> bool:
+        """Whether the class ``cls`` was admitted by this load (as a global it imported)."""
+        return self._classes.get(id(cls)) is cls
+
+    def family(self, cls: type) -> bool:
+        """Whether ``cls`` belongs to a `registry.FAMILIES` entry whose package is allowed:
+        then it may be called with plain data."""
+        for family in FAMILIES:
+            module, _, name = family.base.rpartition(".")
+            if not self._inside(family.package):
+                continue
+            try:
+                base = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError):
+                continue
+            if issubclass(cls, base):
+                return True
+        return False
+
+    def refusal(self, module: str, name: str) -> str | None:
+        """Return why ``module.name`` would be refused, or None if it would be admitted (it
+        may still be refused for how the pickle uses it)."""
+        try:
+            self.admit(module, name)
+        except UnsafeLoadError as exc:
+            return exc.reason
+        except (ImportError, AttributeError) as exc:
+            return f"{module}.{name} cannot be imported: {exc}"
+        return None
+
+    def _resolve(self, module: str, name: str, trusted: bool) -> tuple[Any, str]:
+        """Import ``module`` and follow ``name`` through its attributes; return the object and
+        the name of the last module passed through. Refuse to pass through a module outside
+        the allowed packages (unless ``trusted``)."""
+        obj = holder = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+            if isinstance(obj, ModuleType):
+                if not trusted and not self._inside(obj.__name__):
+                    raise UnsafeLoadError(module, name, f"it reaches through module {obj.__name__}, {_OUTSIDE}")
+                holder = obj
+        return obj, holder.__name__
 
     def _inside(self, module: str) -> bool:
         """Whether ``module`` lies in an allowed package."""
-        return any(module == package or module.startswith(package + ".") for package in self._packages)
+        return any(_within(module, package) for package in self._packages)
+
+
+def _home(obj: Any) -> str:
+    """``module.qualname`` where ``obj`` is defined ("" when it does not say: a constant)."""
+    if isinstance(obj, type) or callable(obj):
+        module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+        if isinstance(module, str) and isinstance(qualname, str):
+            return f"{module}.{qualname}"
+        if isinstance(module, str):
+            return f"{module}.?"
+    return ""

@@ -26,12 +26,11 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..errors import CorruptError, TruncatedError, UnsafeLoadError
+from ..errors import CorruptError, LimitError, TruncatedError, UnsafeLoadError
 from .input import PickleInput
-from .numpy_state import array_from_state, dtype_from_state
+from .numpy_state import Pending, array_from_state, dtype_from_state
 from .objects import (
     CallerError,
-    Pending,
     add_items,
     call,
     extend,
@@ -40,12 +39,38 @@ from .objects import (
     set_items,
     set_state,
 )
-from .policy import Policy
+from .policy import Admitted, Policy
 
-__all__ = ["RestrictedUnpickler"]
+__all__ = ["OBJECTS_PER_BYTE", "OBJECTS_SLACK", "RestrictedUnpickler"]
 
 #: The deepest nesting of tuples and frozensets loaded (Python's own recursion limit).
 _MAX_NESTING = 1000
+#: A restricted load of a decompressed pickle stream makes at most ``OBJECTS_SLACK +
+#: OBJECTS_PER_BYTE * n`` containers, objects and memo entries, n the bytes of the input read
+#: so far: a few stored bytes that decompress to millions of one-byte opcodes cannot make
+#: millions of objects.
+OBJECTS_SLACK = 1 << 17
+OBJECTS_PER_BYTE = 64
+#: How many objects are made between two looks at the budget.
+_BUDGET_STEP = 4096
+
+
+class _Refusal(Exception):
+    """Raised inside the interpreter at the first refusal: the rest of the pickle is then
+    read to list every other global the policy refuses, running nothing more."""
+
+    def __init__(self, error: UnsafeLoadError) -> None:
+        super().__init__()
+        self.error = error
+
+
+class _Unknown:
+    """What an operation that was not run gives, once the load lists refusals."""
+
+    __slots__ = ()
+
+
+_UNKNOWN = _Unknown()
 
 
 class RestrictedUnpickler:
@@ -58,6 +83,10 @@ class RestrictedUnpickler:
         encoding: how Python 2 ``str`` objects are decoded (``"bytes"``: kept as bytes).
         errors: the error handler of that decoding.
         buffers: the out-of-band buffers, in the order the pickle uses them.
+        stored: for a decompressed pickle stream, a function giving how many bytes of input
+            have been read so far, which bounds the objects it may make (see
+            `OBJECTS_PER_BYTE`); None for a stream read as it is stored (each object then
+            costs at least a byte of input).
     """
 
     def __init__(
@@ -69,6 +98,7 @@ class RestrictedUnpickler:
         encoding: str = "ASCII",
         errors: str = "strict",
         buffers: Iterable[Any] | None = None,
+        stored: Callable[[], int] | None = None,
     ) -> None:
         self._input = PickleInput(file)
         self._read = self._input.read
@@ -82,22 +112,34 @@ class RestrictedUnpickler:
         self._pending = 0  # how many dtypes and arrays wait for their state
         self._depths: dict[int, tuple[Any, int]] = {}  # id -> (tuple or frozenset, nesting depth > 1)
         self._proto = 0
+        self._grants: dict[int, Admitted] = {}  # id -> how each imported global was admitted
+        self._refused: dict[str, str] = {}  # module.name -> why, once the load lists refusals
+        self._stored = stored
+        self._made_count = 0
+        self._next_look = _BUDGET_STEP
 
     def load(self) -> Any:
         """Return the object the pickle holds.
 
         Raises:
             CorruptError, TruncatedError: for a malformed pickle.
-            UnsafeLoadError: for a global the policy refuses, or an opcode safe mode refuses.
+            UnsafeLoadError: for a global the policy refuses, or an opcode safe mode refuses:
+                it lists every global of the pickle the policy refuses.
+            LimitError: for a pickle that makes more objects than its input pays for.
         """
         try:
-            return self._run()
+            try:
+                return self._run(_DISPATCH)
+            except _Refusal as refusal:
+                self._refuse(refusal.error)
+                self._stack.append(_UNKNOWN)  # in place of what the refused opcode would give
+                self._list_refusals()
         except CallerError as wrapped:
             raise wrapped.error from None
-        except (CorruptError, TruncatedError, UnsafeLoadError):
+        except (CorruptError, TruncatedError, UnsafeLoadError, LimitError):
             raise
-        except (ImportError, AttributeError):
-            raise  # a name the policy allows but that does not exist, as pickle reports it
+        except (ImportError, AttributeError) as exc:
+            raise CorruptError(f"the pickle names a global that cannot be imported: {exc}") from exc
         except (
             pickle.UnpicklingError,
             EOFError,
@@ -112,14 +154,33 @@ class RestrictedUnpickler:
                 f"the pickle is malformed near offset {self._input.offset}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _run(self) -> Any:
-        read, table, stop = self._read, _DISPATCH, pickle.STOP[0]
+    def _list_refusals(self) -> None:
+        """Read the rest of the pickle after a refusal, running nothing (calls, creations,
+        states and fillings give `_UNKNOWN`), and raise one `UnsafeLoadError` naming every
+        global the policy refuses."""
+        error: Exception | None = None
+        try:
+            self._run(_LISTING)
+        except (CorruptError, TruncatedError, LimitError) as exc:
+            error = exc
+        except _Refusal as refusal:  # never raised while listing
+            error = refusal.error
+        except Exception as exc:  # a malformed pickle, past the first refusal
+            error = exc
+        refused = UnsafeLoadError.of(self._refused)
+        raise refused from error
+
+    def _refuse(self, error: UnsafeLoadError) -> None:
+        self._refused.setdefault(f"{error.module}.{error.name}", error.reason)
+
+    def _run(self, table: list[Callable[[RestrictedUnpickler], None] | None]) -> Any:
+        read, stop = self._read, pickle.STOP[0]
         while True:
             code = read(1)
             if not code:
                 raise TruncatedError("the pickle stream", self._input.offset, 1, 0)
             if code[0] == stop:
-                return self._stop()
+                return _UNKNOWN if table is _LISTING else self._stop()
             handler = table[code[0]]
             if handler is None:
                 raise CorruptError(
@@ -176,6 +237,7 @@ class RestrictedUnpickler:
     def _memo_put(self, key: int) -> None:
         if not self._stack:
             raise CorruptError("the pickle memoizes from an empty stack")
+        self._count()
         value = self._stack[-1]
         if isinstance(value, Pending):
             value.keys.append(key)
@@ -198,23 +260,44 @@ class RestrictedUnpickler:
 
     def _made(self, obj: Any) -> Any:
         """Return ``obj``, made by a call, its nesting recorded if it is a tuple or frozenset."""
+        self._count()
         if isinstance(obj, (tuple, frozenset)):
             self._track(obj)
         return obj
 
+    def _count(self) -> None:
+        """Count one object (a container, a call's result, a memo entry) against the budget
+        that the input read so far pays for."""
+        self._made_count += 1
+        if self._made_count < self._next_look or self._stored is None:
+            return
+        limit = OBJECTS_SLACK + OBJECTS_PER_BYTE * self._stored()
+        if self._made_count > limit:
+            raise LimitError(
+                f"the pickle makes over {limit} objects from {self._stored()} bytes of input: a restricted load "
+                f"makes at most {OBJECTS_SLACK} + {OBJECTS_PER_BYTE} per byte read (a decompression bomb?)"
+            )
+        self._next_look = self._made_count + _BUDGET_STEP
+
     def _find_class(self, module: Any, name: Any) -> Any:
         if not isinstance(module, str) or not isinstance(name, str):
             raise CorruptError(f"a global's module and name must be strings, not {module!r} and {name!r}")
-        self._policy.check(module, name)
-        if self._proto < 3 and self._fix_imports:
-            if (module, name) in _compat_pickle.NAME_MAPPING:
-                module, name = _compat_pickle.NAME_MAPPING[(module, name)]
-            elif module in _compat_pickle.IMPORT_MAPPING:
-                module = _compat_pickle.IMPORT_MAPPING[module]
-        obj = importlib.import_module(module)
-        for part in name.split(".") if self._proto >= 4 else [name]:
-            obj = getattr(obj, part)
-        return obj
+        if self._proto < 4 and "." in name:  # pickle looks dotted names up from protocol 4 on
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        python2 = (module, name) in _compat_pickle.NAME_MAPPING or module in _compat_pickle.IMPORT_MAPPING
+        if python2 and not self._fix_imports and self._proto < 3:
+            importlib.import_module(module)  # pickle imports the Python 2 name as it is: fails
+        try:
+            admitted = self._policy.admit(module, name)
+        except UnsafeLoadError as exc:
+            raise _Refusal(exc) from None
+        self._grants[id(admitted.obj)] = admitted
+        return admitted.obj
+
+    def _grant(self, obj: Any) -> Admitted | None:
+        """How the policy admitted ``obj``, a global this load imported (None: it did not)."""
+        grant = self._grants.get(id(obj))
+        return grant if grant is not None and grant.obj is obj else None
 
     # -- opcodes ----------------------------------------------------------------------
 
@@ -228,6 +311,7 @@ class RestrictedUnpickler:
         self._input.start_frame(self._size(8))
 
     def _mark(self) -> None:
+        self._count()
         self._marks.append(self._stack)
         self._stack = []
 
@@ -337,17 +421,21 @@ class RestrictedUnpickler:
                 self._stack[-1] = view.toreadonly()
 
     def _tuple(self) -> None:
+        self._count()
         items = tuple(self._pop_mark())
         self._track(items)
         self._stack.append(items)
 
     def _empty_list(self) -> None:
+        self._count()
         self._stack.append([])
 
     def _empty_dict(self) -> None:
+        self._count()
         self._stack.append({})
 
     def _empty_set(self) -> None:
+        self._count()
         self._stack.append(set())
 
     def _empty_tuple(self) -> None:
@@ -358,10 +446,12 @@ class RestrictedUnpickler:
         self._stack.append(items)
 
     def _dict(self) -> None:
+        self._count()
         items = self._pop_mark()
         self._stack.append(pairs(items, {}))
 
     def _frozenset(self) -> None:
+        self._count()
         items = frozenset(self._pop_mark())
         self._track(items)
         self._stack.append(items)
@@ -409,6 +499,7 @@ class RestrictedUnpickler:
         self._memo_put(int.from_bytes(self._read(4), "little"))
 
     def _memoize(self) -> None:
+        self._count()
         value = self._stack[-1]
         if type(value) is Pending:
             value.keys.append(len(self._memo))
@@ -427,7 +518,10 @@ class RestrictedUnpickler:
     def _reduce(self) -> None:
         args = self._stack.pop()
         func = self._stack.pop()
-        result = call(func, args)
+        try:
+            result = call(func, args, self._grant(func), self._policy)
+        except UnsafeLoadError as exc:
+            raise _Refusal(exc) from None
         if isinstance(result, Pending):
             self._pending += 1
         self._stack.append(self._made(result))
@@ -435,7 +529,7 @@ class RestrictedUnpickler:
     def _newobj(self) -> None:
         args = self._stack.pop()
         cls = self._stack.pop()
-        self._stack.append(self._made(new_object(cls, args)))
+        self._stack.append(self._made(self._new(cls, args, None)))
 
     def _newobj_ex(self) -> None:
         kwargs = self._stack.pop()
@@ -443,7 +537,13 @@ class RestrictedUnpickler:
         cls = self._stack.pop()
         if type(kwargs) is not dict:
             raise CorruptError(f"NEWOBJ_EX's keyword arguments must be a dict, not {type(kwargs).__name__}")
-        self._stack.append(self._made(new_object(cls, args, kwargs)))
+        self._stack.append(self._made(self._new(cls, args, kwargs)))
+
+    def _new(self, cls: Any, args: Any, kwargs: Any) -> Any:
+        try:
+            return new_object(cls, args, self._grant(cls), self._policy, kwargs)
+        except UnsafeLoadError as exc:
+            raise _Refusal(exc) from None
 
     def _build(self) -> None:
         state = self._stack.pop()
@@ -460,16 +560,18 @@ class RestrictedUnpickler:
     def _inst(self) -> None:
         module = self._line().decode("utf-8")
         name = self._line().decode("utf-8")
-        self._policy.check(module, name)
-        raise UnsafeLoadError(module, name, "safe mode does not load the INST opcode (Python 3 never writes it)")
+        self._find_class(module, name)
+        raise _Refusal(
+            UnsafeLoadError(module, name, "safe mode does not load the INST opcode (Python 3 never writes it)")
+        )
 
     def _obj(self) -> None:
         items = self._pop_mark()
         cls = items[0] if items else None
         module = getattr(cls, "__module__", "?")
         name = getattr(cls, "__qualname__", repr(cls))
-        raise UnsafeLoadError(
-            str(module), str(name), "safe mode does not load the OBJ opcode (Python 3 never writes it)"
+        raise _Refusal(
+            UnsafeLoadError(str(module), str(name), "safe mode does not load the OBJ opcode (Python 3 never writes it)")
         )
 
     def _persid(self) -> None:
@@ -492,6 +594,7 @@ def _tuple_n(n: int) -> Callable[[RestrictedUnpickler], None]:
         stack = self._stack
         if len(stack) < n:
             raise CorruptError(f"TUPLE{n} needs {n} items on the stack, it has {len(stack)}")
+        self._count()
         items = tuple(stack[len(stack) - n :])
         del stack[len(stack) - n :]
         self._track(items)
@@ -505,8 +608,10 @@ def _ext(width: int) -> Callable[[RestrictedUnpickler], None]:
 
     def ext(self: RestrictedUnpickler) -> None:
         code = int.from_bytes(self._read(width), "little")
-        raise UnsafeLoadError(
-            "copyreg", f"extension code {code:#x}", "safe mode does not load extension codes (EXT1, EXT2, EXT4)"
+        raise _Refusal(
+            UnsafeLoadError(
+                "copyreg", f"extension code {code:#x}", "safe mode does not load extension codes (EXT1, EXT2, EXT4)"
+            )
         )
 
     return ext
@@ -590,3 +695,102 @@ _HANDLERS: dict[int, Callable[[RestrictedUnpickler], None]] = {
 }
 #: The handler of each opcode byte (None: not an opcode safe mode loads).
 _DISPATCH: list[Callable[[RestrictedUnpickler], None] | None] = [_HANDLERS.get(code) for code in range(256)]
+
+
+# -- listing the refusals: the rest of the pickle read, nothing run ---------------------------
+
+
+def _listed(self: RestrictedUnpickler, module: Any, name: Any) -> None:
+    """Record whether the policy refuses ``module.name``, importing nothing it refuses."""
+    if not isinstance(module, str) or not isinstance(name, str):
+        self._refused.setdefault("<computed>", "a name the pickle computes, which cannot be judged before it runs")
+        return
+    reason = self._policy.refusal(module, name)
+    if reason is not None:
+        self._refused.setdefault(f"{module}.{name}", reason)
+
+
+def _list_global(self: RestrictedUnpickler) -> None:
+    module = self._line().decode("utf-8")
+    name = self._line().decode("utf-8")
+    _listed(self, module, name)
+    self._stack.append(_UNKNOWN)
+
+
+def _list_stack_global(self: RestrictedUnpickler) -> None:
+    name = self._stack.pop()
+    module = self._stack.pop()
+    _listed(self, module, name)
+    self._stack.append(_UNKNOWN)
+
+
+def _list_inst(self: RestrictedUnpickler) -> None:
+    _list_global(self)
+    self._stack.pop()
+    self._pop_mark()
+    self._stack.append(_UNKNOWN)
+
+
+def _list_obj(self: RestrictedUnpickler) -> None:
+    self._pop_mark()
+    self._stack.append(_UNKNOWN)
+
+
+def _skip(popped: int, mark: bool = False, result: bool = True) -> Callable[[RestrictedUnpickler], None]:
+    """A handler that pops ``popped`` items (then a mark) and pushes `_UNKNOWN`, running nothing."""
+
+    def skip(self: RestrictedUnpickler) -> None:
+        for _ in range(popped):
+            self._stack.pop()
+        if mark:
+            self._pop_mark()
+        if result:
+            self._stack.append(_UNKNOWN)
+
+    return skip
+
+
+def _list_ext(width: int) -> Callable[[RestrictedUnpickler], None]:
+    def ext(self: RestrictedUnpickler) -> None:
+        code = int.from_bytes(self._read(width), "little")
+        self._refused.setdefault(f"copyreg.extension code {code:#x}", "safe mode does not load extension codes")
+        self._stack.append(_UNKNOWN)
+
+    return ext
+
+
+def _list_persid(self: RestrictedUnpickler) -> None:
+    self._line()
+    self._stack.append(_UNKNOWN)
+
+
+_LISTING_HANDLERS: dict[int, Callable[[RestrictedUnpickler], None]] = {
+    **_HANDLERS,
+    **{
+        _opcode(name): handler
+        for name, handler in {
+            "GLOBAL": _list_global,
+            "STACK_GLOBAL": _list_stack_global,
+            "INST": _list_inst,
+            "OBJ": _list_obj,
+            "REDUCE": _skip(2),
+            "NEWOBJ": _skip(2),
+            "NEWOBJ_EX": _skip(3),
+            "BUILD": _skip(1, result=False),
+            "APPEND": _skip(1, result=False),
+            "APPENDS": _skip(0, mark=True, result=False),
+            "SETITEM": _skip(2, result=False),
+            "SETITEMS": _skip(0, mark=True, result=False),
+            "ADDITEMS": _skip(0, mark=True, result=False),
+            "NEXT_BUFFER": _push(_UNKNOWN),
+            "READONLY_BUFFER": lambda self: None,
+            "EXT1": _list_ext(1),
+            "EXT2": _list_ext(2),
+            "EXT4": _list_ext(4),
+            "PERSID": _list_persid,
+            "BINPERSID": _skip(1),
+        }.items()
+    },
+}
+#: The handlers of the listing: every opcode that would run code, import, set or fill runs nothing.
+_LISTING: list[Callable[[RestrictedUnpickler], None] | None] = [_LISTING_HANDLERS.get(code) for code in range(256)]
