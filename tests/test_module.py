@@ -48,6 +48,7 @@ EXPORTED = [
     "load",
     "loads",
     "open",
+    "untrusted_globals",
 ]
 
 #: Module-level, so that pickle looks it up by name, and fails: ``<lambda>`` is no attribute.
