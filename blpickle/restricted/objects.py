@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import CorruptError, UnsafeLoadError
 from .numpy_state import Pending
 from .policy import Admitted, Policy
-from .registry import Context, call_member, load_callable
+from .registry import STATE_CHECKS, Context, call_member, load_callable
 
 __all__ = [
     "CallerError",
@@ -97,8 +97,8 @@ def call(func: Any, args: Any, grant: Admitted | None, policy: Policy) -> Any:
 
 def new_object(cls: Any, args: Any, grant: Admitted | None, policy: Policy, kwargs: Any = None) -> Any:
     """Return ``cls.__new__(cls, *args, **kwargs)`` (``NEWOBJ``, ``NEWOBJ_EX``) for an
-    admitted class; builtin and numpy classes only without arguments, or through their
-    vetted reconstructor.
+    admitted class: with arguments only for an exact name, or through a vetted
+    reconstructor.
 
     Raises:
         UnsafeLoadError: for a class the policy did not admit.
@@ -114,8 +114,12 @@ def new_object(cls: Any, args: Any, grant: Admitted | None, policy: Policy, kwar
         if kwargs:
             raise CorruptError(f"{_name(cls)} takes no keyword arguments in safe mode")
         return grant.reconstructor.check(args, Context(policy.admitted))  # cls.__new__(cls, *args) is cls(*args)
-    if (args or kwargs) and is_builtin(cls) and grant.how != "exact":
-        raise CorruptError(f"safe mode creates {_name(cls)} objects without arguments, not with {args!r:.80}")
+    if (args or kwargs) and grant.how != "exact":
+        raise UnsafeLoadError(
+            *_names(cls),
+            "the pickle creates it with arguments to its __new__: a package pattern admits classes "
+            "created without arguments; name it exactly to trust its constructor",
+        )
     return _run(cls.__new__, (cls, *args), kwargs)
 
 
@@ -144,6 +148,10 @@ def set_state(obj: Any, state: Any) -> None:
     if kinds is not None and type(state) not in kinds:
         raise CorruptError(f"a {type(obj).__qualname__}'s state is not a {type(state).__name__}")
     _run(_apply_state, (obj, state))
+    for cls in type(obj).__mro__:
+        check = STATE_CHECKS.get(f"{cls.__module__}.{cls.__qualname__}")
+        if check is not None:
+            check(obj)
 
 
 def extend(target: Any, items: list[Any]) -> None:

@@ -25,7 +25,7 @@ from ..arrays import rebuild_ndarray, rebuild_view
 from ..errors import CorruptError, UnsafeLoadError
 from .numpy_state import Pending
 
-__all__ = ["FAMILIES", "REGISTRY", "Context", "Family", "Reconstructor", "call_member", "load_callable"]
+__all__ = ["FAMILIES", "REGISTRY", "STATE_CHECKS", "Context", "Family", "Reconstructor", "call_member", "load_callable"]
 
 #: The longest type code accepted for ``numpy.dtype(code, align, copy)``.
 _MAX_CODE = 64
@@ -90,7 +90,7 @@ def _bytearray(args: tuple[Any, ...], context: Context) -> bytearray:
     _arity(args, 0, 2, "bytearray")
     if len(args) == 2:
         return bytearray(_latin1(args, context))
-    if args and isinstance(args[0], (int, str)):
+    if args and type(args[0]) not in (bytes, bytearray):
         raise CorruptError(f"bytearray() takes bytes in safe mode, not {type(args[0]).__name__}")
     return bytearray(*args)
 
@@ -187,12 +187,13 @@ def _timezone(args: tuple[Any, ...], context: Context) -> datetime.timezone:
     return datetime.timezone(*args)
 
 
-def _string_number(cls: type) -> Callable[[tuple[Any, ...], Context], Any]:
-    """``Decimal(text)`` and ``Fraction(numerator, denominator)`` (or text)."""
+def _string_number(cls: type, text: re.Pattern[str]) -> Callable[[tuple[Any, ...], Context], Any]:
+    """``Decimal(text)`` and ``Fraction(numerator, denominator)``: whole numbers, or text that
+    ``text`` matches (no exponent for a Fraction: ``"1e1000000000"`` would compute 10**10**9)."""
 
     def check(args: tuple[Any, ...], context: Context) -> Any:
         _arity(args, 1, 2, cls.__name__)
-        if not all(type(arg) in (str, int) for arg in args) or any(len(str(a)) > 10_000 for a in args):
+        if not all(type(arg) is int or (type(arg) is str and len(arg) < 10_000 and text.match(arg)) for arg in args):
             raise CorruptError(f"{cls.__name__} takes text or whole numbers in safe mode, not {args!r:.80}")
         return cls(*args)
 
@@ -377,6 +378,9 @@ def _pandas_index(function: str) -> Callable[[tuple[Any, ...], Context], Any]:
         context.subclass(cls, pandas.Index, function)
         if not all(type(key) is str for key in fields):
             raise CorruptError(f"{function} takes a dict of str keys, not {list(fields)!r:.80}")
+        data = fields.get("data")
+        if data is not None and not isinstance(data, (np.ndarray, pandas.api.extensions.ExtensionArray, pandas.Index)):
+            raise CorruptError(f"{function} takes its data as an array, not a {type(data).__name__}")
         module = "pandas.core.indexes.datetimes" if "Datetime" in function else "pandas.core.indexes.base"
         return getattr(importlib.import_module(module), function)(cls, fields)
 
@@ -406,6 +410,14 @@ def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
         isinstance(axis, pandas.Index) for axis in axes
     ):
         raise CorruptError(f"a pandas BlockManager takes blocks and indexes, not {args!r:.120}")
+    if len(axes) != 2:
+        raise CorruptError(f"a pandas BlockManager has two axes, not {len(axes)}")
+    placed = np.concatenate([block.mgr_locs.as_array for block in blocks]) if blocks else np.zeros(0, np.intp)
+    if not np.array_equal(np.sort(placed), np.arange(len(axes[0]))):
+        raise CorruptError(f"a pandas BlockManager's blocks must place each of its {len(axes[0])} columns once")
+    for block in blocks:
+        if block.shape != (len(block.mgr_locs), len(axes[1])):
+            raise CorruptError(f"a pandas block of shape {block.shape} does not fit its frame")
     return importlib.import_module("pandas.core.internals.managers").BlockManager(blocks, axes)
 
 
@@ -491,6 +503,46 @@ FAMILIES = (
     Family("pandas.core.dtypes.base.ExtensionDtype", "pandas"),
 )
 
+
+def _random_state(obj: Any) -> None:
+    """Check the state numpy accepted for a bit generator or RandomState: numpy checks its
+    types only, and a position out of range crashes the next draw."""
+    random = importlib.import_module("numpy.random")
+    bits = obj._bit_generator if isinstance(obj, random.RandomState) else obj
+    state = bits.state
+    inner = state.get("state", {})
+    if "pos" in inner and not (0 <= inner["pos"] <= 624 and np.shape(inner.get("key")) == (624,)):
+        raise CorruptError(f"an MT19937 state must have a position within its 624 words, not {inner['pos']!r:.40}")
+    if "buffer_pos" in state and not 0 <= state["buffer_pos"] <= np.size(state.get("buffer", ())):
+        raise CorruptError(f"a Philox state must have a buffer position within its buffer, not {state['buffer_pos']}")
+    if state.get("has_uint32", 0) not in (0, 1):
+        raise CorruptError("a bit generator's has_uint32 must be 0 or 1")
+
+
+def _tree_state(tree: Any) -> None:
+    """Check a sklearn Tree's nodes: children are nodes of the tree (or -1, a leaf) and
+    features are features it has (or -2): sklearn's ``__setstate__`` checks neither, and
+    prediction follows them through memory."""
+    state = tree.__getstate__()
+    nodes, count = state["nodes"], state["node_count"]
+    for side in ("left_child", "right_child"):
+        if len(nodes) and not ((nodes[side] >= -1) & (nodes[side] < count)).all():
+            raise CorruptError(f"a sklearn Tree's {side} must name nodes of the tree")
+    if len(nodes) and not ((nodes["feature"] >= -2) & (nodes["feature"] < tree.n_features)).all():
+        raise CorruptError("a sklearn Tree's nodes must split on features it has")
+
+
+#: Checks of an object's state after ``BUILD`` set it, by the import path of its class (or a
+#: base): for states whose library checks their types but not their values.
+STATE_CHECKS: dict[str, Callable[[Any], None]] = {
+    "numpy.random.bit_generator.BitGenerator": _random_state,
+    "numpy.random.mtrand.RandomState": _random_state,
+    "sklearn.tree._tree.Tree": _tree_state,
+}
+
+#: The text of a Decimal (its exponent costs nothing: a Decimal stores it).
+_DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)(E[-+]?\d+)?\Z|[-+]?(Infinity|s?NaN\d*)\Z", re.IGNORECASE)
+
 _np = "numpy._core"
 _SCALAR = importlib.import_module(f"{_np}.multiarray").scalar
 _PANDAS = "pandas"
@@ -518,8 +570,15 @@ REGISTRY: dict[str, Reconstructor] = {
     "datetime.time": Reconstructor(_datetime(datetime.time, (6,))),
     "datetime.timedelta": Reconstructor(_timedelta),
     "datetime.timezone": Reconstructor(_timezone),
-    "decimal.Decimal": Reconstructor(_string_number(importlib.import_module("decimal").Decimal)),
-    "fractions.Fraction": Reconstructor(_string_number(importlib.import_module("fractions").Fraction)),
+    "decimal.Decimal": Reconstructor(
+        _string_number(
+            importlib.import_module("decimal").Decimal,
+            re.compile(r"[-+]?(\d+\.?\d*(E[-+]?\d+)?|\.\d+(E[-+]?\d+)?|Infinity|s?NaN\d*)\Z", re.I),
+        )
+    ),
+    "fractions.Fraction": Reconstructor(
+        _string_number(importlib.import_module("fractions").Fraction, re.compile(r"[-+]?\d+(/\d+)?\Z"))
+    ),
     # numpy arrays, dtypes, scalars and random generators (numpy 2 and numpy 1 spellings)
     "numpy.dtype": Reconstructor(_dtype),
     "numpy.ndarray": Reconstructor(_refuse_ndarray),

@@ -294,6 +294,16 @@ class RestrictedUnpickler:
         self._grants[id(admitted.obj)] = admitted
         return admitted.obj
 
+    def _changed(self, target: Any) -> Any:
+        """Return ``target``, an object the pickle sets the state of or fills, unless it is one
+        a module holds (a global: a class, a constant): a load changes only what it makes."""
+        if self._grant(target) is not None:
+            raise CorruptError(
+                f"the pickle changes {type(target).__name__} {_describe(target)}, which a module holds: "
+                "safe mode changes only the objects a load makes"
+            )
+        return target
+
     def _grant(self, obj: Any) -> Admitted | None:
         """How the policy admitted ``obj``, a global this load imported (None: it did not)."""
         grant = self._grants.get(id(obj))
@@ -458,24 +468,24 @@ class RestrictedUnpickler:
 
     def _append(self) -> None:
         value = self._stack.pop()
-        extend(self._stack[-1], [value])
+        extend(self._changed(self._stack[-1]), [value])
 
     def _appends(self) -> None:
         items = self._pop_mark()
-        extend(self._stack[-1], items)
+        extend(self._changed(self._stack[-1]), items)
 
     def _setitem(self) -> None:
         value = self._stack.pop()
         key = self._stack.pop()
-        set_items(self._stack[-1], [key, value])
+        set_items(self._changed(self._stack[-1]), [key, value])
 
     def _setitems(self) -> None:
         items = self._pop_mark()
-        set_items(self._stack[-1], items)
+        set_items(self._changed(self._stack[-1]), items)
 
     def _additems(self) -> None:
         items = self._pop_mark()
-        add_items(self._stack[-1], items)
+        add_items(self._changed(self._stack[-1]), items)
 
     def _get(self) -> None:
         self._memo_get(int(self._line()))
@@ -549,7 +559,7 @@ class RestrictedUnpickler:
         state = self._stack.pop()
         obj = self._stack[-1]
         if not isinstance(obj, Pending):
-            set_state(obj, state)
+            set_state(self._changed(obj), state)
             return
         built = dtype_from_state(obj.args, state) if obj.kind == "dtype" else array_from_state(state)
         self._pending -= 1
@@ -576,6 +586,11 @@ class RestrictedUnpickler:
 
     def _persid(self) -> None:
         raise CorruptError("safe mode does not load persistent IDs (PERSID, BINPERSID)")
+
+
+def _describe(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None)
+    return f"{getattr(obj, '__module__', '')}.{name}" if isinstance(name, str) else ""
 
 
 def _push(value: Any) -> Callable[[RestrictedUnpickler], None]:

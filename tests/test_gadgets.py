@@ -1,0 +1,161 @@
+"""Gadgets an outside audit found under the restricted-loading model, each refused: classes
+whose __setstate__ runs code or reaches the network, objects a module holds (changed through
+BUILD or SETITEM), arguments to __new__, states numpy and sklearn check by type only, sizes
+and exponents that cost unbounded work, other names of vetted reconstructors."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+import blpickle
+
+PROTO = b"\x80\x04"
+
+
+def _str(text: str) -> bytes:
+    data = text.encode()
+    return b"\x8c" + bytes([len(data)]) + data if len(data) < 256 else b"X" + struct.pack("<I", len(data)) + data
+
+
+def _global(module: str, name: str) -> bytes:
+    return _str(module) + _str(name) + b"\x93"
+
+
+def _body(obj: object) -> bytes:
+    """The opcodes that push ``obj`` (a protocol 4 pickle without PROTO, FRAME and STOP)."""
+    data = pickle.dumps(obj, 4)
+    return data[11:-1] if data[2:3] == b"\x95" else data[2:-1]
+
+
+def test_a_class_whose_setstate_runs_code_is_refused(tmp_path):
+    pytest.importorskip("scipy")
+    marker = tmp_path / "ran"
+    state = b"}(" + _str("_parse_arg_template") + _str(f"open({str(marker)!r}, 'w')") + b"u"
+    data = PROTO + _global("scipy.stats._continuous_distns", "norm_gen") + b")\x81" + state + b"b."
+    with pytest.raises(blpickle.UnsafeLoadError, match="runs code from its state"):
+        blpickle.loads(data, allowed=["scipy.*"])
+    assert not marker.exists()
+
+
+def test_a_class_whose_setstate_connects_out_is_refused():
+    pytest.importorskip("sklearn.callback._scoring_monitor")
+    data = PROTO + _global("sklearn.callback._scoring_monitor", "ScoringMonitor") + b")\x81}b."
+    with pytest.raises(blpickle.UnsafeLoadError, match="connects to an address"):
+        blpickle.loads(data, allowed=["sklearn.*"])
+
+
+def test_objects_a_module_holds_are_never_changed():
+    pd = pytest.importorskip("pandas")
+    backend = pd.get_option("plotting.backend")
+    options = PROTO + _global("pandas", "options.plotting") + b"N}" + _str("backend") + _str("this") + b"s\x86b."
+    with pytest.raises(blpickle.LoadError):
+        blpickle.loads(options, allowed=["pandas.*"])
+    assert pd.get_option("plotting.backend") == backend
+    state = np.random.MT19937(0).state
+    rand = PROTO + _global("numpy.random.mtrand", "_rand") + _body({**state, "has_gauss": 0, "gauss": 0.0}) + b"b."
+    before = np.random.get_state(legacy=False)
+    with pytest.raises(blpickle.CorruptError, match="which a module holds"):
+        blpickle.loads(rand, safe=True)
+    kinds = PROTO + _global("numpy.random._pickle", "BitGenerators") + _str("MT19937")
+    kinds += _global("numpy.random._pcg64", "PCG64") + b"s."
+    with pytest.raises(blpickle.CorruptError, match="which a module holds"):
+        blpickle.loads(kinds, safe=True)
+    after = np.random.get_state(legacy=False)
+    assert after["state"]["pos"] == before["state"]["pos"]
+    assert np.random._pickle.BitGenerators["MT19937"] is np.random.MT19937
+
+
+def test_a_pattern_passes_no_arguments_to_new():
+    pytest.importorskip("pandas")
+    huge = (
+        PROTO + _global("pandas", "Index") + _global("builtins", "range") + b"J\x00\x00\x00\x00J\x00\xa3\xe1\x11\x86R"
+    )
+    huge += _str("float64") + b"\x86\x81."
+    with pytest.raises(blpickle.UnsafeLoadError, match="with arguments to its __new__"):
+        blpickle.loads(huge, allowed=["pandas.*"])
+
+
+def test_other_names_of_a_vetted_reconstructor_are_checked_as_it_is():
+    pytest.importorskip("sklearn")
+    alias = PROTO + _global("sklearn.tree._classes", "Tree") + _body((1, np.array([2]), 10**7)) + b"\x81."
+    with pytest.raises(blpickle.CorruptError, match="sklearn Tree"):
+        blpickle.loads(alias, allowed=["sklearn.*"])
+
+
+@pytest.mark.parametrize("kind", ["MT19937", "Philox"])
+def test_random_states_out_of_range_are_refused(kind):
+    bits = getattr(np.random, kind)(0)
+    state = bits.state
+    if kind == "MT19937":
+        state["state"]["pos"] = 2**31 - 1
+    else:
+        state["buffer_pos"] = -(2**31)
+    bits.state = state
+    for obj in (np.random.Generator(bits), *([np.random.RandomState(bits)] if kind == "MT19937" else [])):
+        with pytest.raises(blpickle.CorruptError, match="position"):
+            blpickle.loads(pickle.dumps(obj, 4), safe=True)
+
+
+class _Block:
+    def __init__(self, places):
+        self.places = places
+
+    def __reduce__(self):
+        from pandas._libs.internals import _unpickle_block
+
+        return _unpickle_block, (np.zeros((2, 3)), np.array(self.places, dtype=np.intp), 2)
+
+
+class _Manager:
+    def __init__(self, places):
+        self.places = places
+
+    def __reduce__(self):
+        import pandas as pd
+        from pandas.core.internals.managers import BlockManager
+
+        return BlockManager, ((_Block(self.places),), [pd.Index(["a", "b"]), pd.RangeIndex(3)])
+
+
+@pytest.mark.parametrize("places", [[0, 10**12], [0, -5], [1, 1]])
+def test_pandas_blocks_must_place_each_column_once(places):
+    pytest.importorskip("pandas")
+    with pytest.raises(blpickle.CorruptError, match="place each of its 2 columns once"):
+        blpickle.loads(pickle.dumps(_Manager(places), 4), allowed=["pandas.*"])
+    assert blpickle.loads(pickle.dumps(_Manager([1, 0]), 4), allowed=["pandas.*"]).shape == (2, 3)
+
+
+def test_sklearn_tree_nodes_must_lie_in_the_tree():
+    pytest.importorskip("sklearn")
+    from sklearn.tree import DecisionTreeRegressor
+    from sklearn.tree._tree import Tree
+
+    points = np.random.default_rng(0).random((50, 2))
+    tree = DecisionTreeRegressor(max_depth=2).fit(points, points[:, 0]).tree_
+    state = tree.__getstate__()
+    nodes = state["nodes"].copy()
+    nodes["left_child"][0] = 10**9
+    state["nodes"] = nodes
+
+    class Forged:
+        def __reduce__(self):
+            return Tree, (tree.n_features, np.array(tree.n_classes, dtype=np.intp), tree.n_outputs), state
+
+    with pytest.raises(blpickle.CorruptError, match="left_child"):
+        blpickle.loads(pickle.dumps(Forged(), 4), allowed=["sklearn.*"])
+
+
+def test_sizes_and_exponents_that_cost_unbounded_work_are_refused():
+    scalar = _global("numpy._core.multiarray", "scalar") + _body(np.dtype("i8")) + _body(struct.pack("<q", 6 << 30))
+    array = PROTO + _global("builtins", "bytearray") + scalar + b"\x86R\x85R."
+    with pytest.raises(blpickle.CorruptError, match="bytearray"):
+        blpickle.loads(array, safe=True)
+    fraction = PROTO + _global("fractions", "Fraction") + _str("1e1000000000") + b"\x85R."
+    with pytest.raises(blpickle.CorruptError, match="Fraction"):
+        blpickle.loads(fraction, safe=True)
+    assert not os.path.exists("blpickle-pwned")
