@@ -18,16 +18,16 @@ from typing import Any
 import numpy as np
 
 from . import format as fmt
-from .chunks import unpack_chunk
+from .engine.chunks import unpack_chunk
+from .engine.pool import map_ordered
+from .engine.reader import RecordReader
 from .errors import BadMagicError, ChecksumError, CorruptError, LimitError, TruncatedError
-from .files import expand, is_path, naming_errors
 from .info import BufferInfo, RecordInfo, pickle_globals
+from .io.files import expand, is_path, naming_errors
+from .io.ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
+from .io.remote import is_url
+from .io.sources import MemorySource
 from .options import Options
-from .pool import map_ordered
-from .ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
-from .reader import RecordReader
-from .remote import is_url
-from .sources import MemorySource
 
 __all__ = ["ArrayInfo", "Record", "open"]
 

@@ -19,9 +19,9 @@ import unittest
 from test import pickletester
 
 import blpickle
+from blpickle.engine.reader import RecordReader
 from blpickle.format import MAGIC
-from blpickle.reader import RecordReader
-from blpickle.sources import MemorySource
+from blpickle.io.sources import MemorySource
 
 #: Tests that compare the raw output bytes with what plain pickle writes: blpickle wraps the
 #: pickle stream in a compressed record, so these assertions cannot apply. Each keeps its reason.

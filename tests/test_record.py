@@ -14,7 +14,7 @@ from test_safe import CALLS, SideEffect
 
 import blpickle
 from blpickle import format as fmt
-from blpickle.names import MAX_DEPTH
+from blpickle.engine.names import MAX_DEPTH
 
 GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
 

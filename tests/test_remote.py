@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import blpickle
-from blpickle.remote import is_url
+from blpickle.io.remote import is_url
 
 fsspec = pytest.importorskip("fsspec")
 

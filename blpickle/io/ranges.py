@@ -1,5 +1,5 @@
 """Random access to the bytes of one record, for `blpickle.open`: a file on disk, a seekable
-file object, a bytes-like object or a URL (through fsspec: `blpickle.remote`).
+file object, a bytes-like object or a URL (through fsspec: `blpickle.io.remote`).
 
 Offsets are counted from the record's start, which is where the input stood when opened.
 """
@@ -12,10 +12,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from .errors import TruncatedError
+from ..errors import TruncatedError
+from ..unpickler import load, loads
 from .remote import filesystem
 from .sources import plain_fileno
-from .unpickler import load, loads
 
 __all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges"]
 

@@ -1,7 +1,7 @@
 """Reading records: the header, then each stream in order, then the trailer.
 
 Frames are checked (checksum, then declared sizes) and decompressed in the shared pool
-(`blpickle.chunks`) while the calling thread reads the next ones; memory stays bounded
+(`blpickle.engine.chunks`) while the calling thread reads the next ones; memory stays bounded
 whatever the buffer sizes.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from . import format as fmt
+from .. import format as fmt
+from ..errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
+from ..io.sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 from .chunks import unpack_chunk
-from .errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
 from .frame_hash import FrameHash
 from .pool import map_ordered, shared_pool
-from .sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 
 __all__ = ["RecordReader", "byte_view"]
 
@@ -245,7 +245,7 @@ class RecordReader:
 
     def buffers(self) -> Iterator[np.ndarray | memoryview]:
         """Yield the out-of-band buffers lazily, in order (splices are read by
-        `blpickle.layout.PickleFile` where the pickle reaches them)."""
+        `blpickle.format.layout.PickleFile` where the pickle reaches them)."""
         while (info := self.next_stream()) is not None:
             if info.splice is not None:
                 raise CorruptError(

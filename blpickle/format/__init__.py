@@ -13,7 +13,7 @@ preamble (flag compact) | pickle | checksum
 ```
 
 Everything here is pure encoding and decoding with validation; writing and reading the
-frames lives in `blpickle.writer` and `blpickle.reader`.
+frames lives in `blpickle.engine.writer` and `blpickle.engine.reader`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import msgpack
 import xxhash
 
-from .errors import BadMagicError, CorruptError, LimitError, LoadError, UnsupportedVersionError
+from ..errors import BadMagicError, CorruptError, LimitError, LoadError, UnsupportedVersionError
 
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"

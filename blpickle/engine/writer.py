@@ -2,7 +2,7 @@
 
 Data flows one way: the pickler hands over a `Pickled` (its pickle stream, compressing
 already if it is big, and its out-of-band buffers); `write_pickled` plans every stream
-(`blpickle.policy`), encodes the header once with its codecs, then writes the frames and the
+(`blpickle.engine.policy`), encodes the header once with its codecs, then writes the frames and the
 trailer. (A small pickle with no out-of-band buffer is a compact record instead, written by
 the pickler with `blpickle.format.encode_compact`.)
 """
@@ -17,12 +17,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from . import format as fmt
+from .. import format as fmt
+from ..errors import DumpError
+from ..options import Options
 from .buffers import Payload
 from .chunks import compress_chunk
-from .errors import DumpError
 from .frame_hash import FrameHash
-from .options import Options
 from .policy import ChunkPlan, plan_buffer, plan_pickle
 from .pool import map_ordered, shared_pool
 
@@ -38,7 +38,7 @@ class PackedStream:
     pickle overlaps pickling the rest of it.
 
     Attributes:
-        plan: how its chunks are compressed (`blpickle.policy.plan_graph`).
+        plan: how its chunks are compressed (`blpickle.engine.policy.plan_graph`).
         nbytes: bytes added so far.
     """
 
@@ -127,7 +127,7 @@ class CountingWriter:
 
 
 def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes | None = None) -> None:
-    """Write ``pickled`` as one full record, with every stream planned by `blpickle.policy`
+    """Write ``pickled`` as one full record, with every stream planned by `blpickle.engine.policy`
     before the header is encoded (a compact record needs none of this: see
     `blpickle.format.encode_compact`).
 

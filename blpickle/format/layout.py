@@ -2,7 +2,7 @@
 the spliced payloads go.
 
 One parser, `Layout`, decides this, and both readers of the pickle stream follow it:
-loading (`PickleFile`, which serves the unpickler) and inspecting (`blpickle.scan`, which
+loading (`PickleFile`, which serves the unpickler) and inspecting (`blpickle.format.scan`, which
 drives it as it reads the stream chunk by chunk). So a record whose splices are not where
 the parser puts them is refused by both, and both see the same opcodes.
 
@@ -29,9 +29,9 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .errors import CorruptError, LoadError
-from .format import Header
-from .reader import RecordReader, byte_view
+from ..engine.reader import RecordReader, byte_view
+from ..errors import CorruptError, LoadError
+from . import Header
 
 __all__ = [
     "ARGUMENT",
