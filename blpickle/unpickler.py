@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO, NamedTuple
 
 from . import format as fmt
+from .engine.pickle_file import PickleFile, open_pickle
 from .engine.policy import COMPACT_LIMIT
 from .engine.reader import RecordReader
 from .errors import (
@@ -29,7 +30,6 @@ from .errors import (
     SignatureError,
     TruncatedError,
 )
-from .format.layout import PickleFile, open_pickle
 from .io.files import open_input
 from .io.sources import FileSource, MemorySource, Source, map_file
 from .options import Options, available_threads, check_key

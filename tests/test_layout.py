@@ -17,8 +17,9 @@ from test_safe import CALLS
 import blpickle
 from blpickle import cli
 from blpickle import format as fmt
+from blpickle.engine.pickle_file import PickleFile, open_pickle
 from blpickle.engine.reader import RecordReader
-from blpickle.format.layout import DATA, FRAME, OPCODE, SPLICE, Layout, PickleFile, open_pickle, tokens
+from blpickle.format.layout import DATA, FRAME, OPCODE, SPLICE, Layout, tokens
 from blpickle.io.sources import MemorySource
 
 

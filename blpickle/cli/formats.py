@@ -25,7 +25,6 @@ import numpy.lib.format as npy_format
 
 from .. import format as fmt
 from ..info import pickle_globals
-from ..integrations import JOBLIB_MAGIC
 from ..io.files import atomic_write, open_input
 from ..io.remote import filesystem, is_url, writing
 from ..pickler import dump as blpickle_dump
@@ -148,7 +147,7 @@ def sniff(path: str) -> Detected:
     magic = fmt.MAGIC
     if head.startswith(magic) or (len(head) < len(magic) and magic.startswith(head)):
         return Detected("blpickle", "a blpickle record")
-    if head[:1] == JOBLIB_MAGIC[:1]:
+    if head[:1] == fmt.JOBLIB_MAGIC[:1]:
         description = "a joblib file compressed with 'blosc' (blpickle's joblib compressor)"
         if importlib.util.find_spec("joblib") is None:
             description += "; reading it needs joblib: pip install joblib"

@@ -29,7 +29,6 @@ from ..errors import (
     OptionsError,
     UnsupportedVersionError,
 )
-from ..integrations import JOBLIB_MAGIC
 from ..io.sources import FileSource
 from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options
 from .chunks import compress_chunk, unpack_chunk
@@ -40,7 +39,7 @@ from .writer import CountingWriter
 __all__ = ["END", "FRAME", "HEADER", "MAGIC", "STREAM_OPTIONS", "BloscFile", "StreamMagicError"]
 
 #: The first 8 bytes of a stream.
-MAGIC = JOBLIB_MAGIC
+MAGIC = fmt.JOBLIB_MAGIC
 VERSION_MAJOR = 1
 VERSION_MINOR = 0
 HEADER = struct.Struct("<8sBBHI")  # magic, major, minor, flags, chunk size (then its u64 checksum)

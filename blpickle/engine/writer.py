@@ -15,10 +15,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, BinaryIO
 
-import numpy as np
-
 from .. import format as fmt
 from ..errors import DumpError
+from ..format.dtypes import dtype_text
 from ..options import Options
 from .buffers import Payload
 from .chunks import compress_chunk
@@ -163,7 +162,7 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
                 chunk_size=plan.chunk_size,
                 itemsize=payload.itemsize,
                 raw=plan.raw,
-                dtype=None if payload.dtype is None else _dtype_name(payload.dtype),
+                dtype=None if payload.dtype is None else dtype_text(payload.dtype),
                 shape=payload.shape,
                 splice=splice,
                 codec=plan.codec,
@@ -184,19 +183,6 @@ def _chunk_multiple(payload: Payload, options: Options) -> int:
         return payload.chunk_multiple
     row = payload.nbytes // shape[0]
     return row if 0 < row <= options.chunk_size else payload.chunk_multiple
-
-
-_DTYPE_NAMES: dict[np.dtype, str] = {}
-
-
-def _dtype_name(dtype: np.dtype) -> str:
-    """``str(dtype)``, remembered: slow for structured dtypes, and many arrays share one."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        if len(_DTYPE_NAMES) > 256:
-            _DTYPE_NAMES.clear()
-        name = _DTYPE_NAMES[dtype] = str(dtype)
-    return name
 
 
 Frame = tuple[int, int, int, "bytes | None"]  # offset, stored size, checksum, digest

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from ..errors import TruncatedError
-from ..unpickler import load, loads
 from .remote import filesystem
 from .sources import plain_fileno
 
@@ -58,8 +57,9 @@ class Ranges:
         """
         raise NotImplementedError
 
-    def load(self, **kwargs: Any) -> Any:
-        """Load the record's object with `blpickle.load` and ``kwargs``."""
+    def loadable(self) -> Any:
+        """Return what `blpickle.load` reads the record from: a file object standing at the
+        record, a URL, or (a record in memory) a memoryview for `blpickle.loads`."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -85,9 +85,8 @@ class MemoryRanges(Ranges):
         dst = dst.cast("B")
         dst[:] = self.read(offset, len(dst), what)
 
-    def load(self, **kwargs: Any) -> Any:
-        kwargs.pop("mmap_mode", None)
-        return loads(self._view, **kwargs)
+    def loadable(self) -> memoryview:
+        return self._view
 
 
 class FileRanges(Ranges):
@@ -134,9 +133,9 @@ class FileRanges(Ranges):
                 raise TruncatedError(what, offset, len(dst), done)
             done += count
 
-    def load(self, **kwargs: Any) -> Any:
+    def loadable(self) -> BinaryIO:
         self._file.seek(self._start)
-        return load(self._file, **kwargs)
+        return self._file
 
     def close(self) -> None:
         if self._owned:
@@ -180,6 +179,5 @@ class UrlRanges(Ranges):
         dst = dst.cast("B")
         dst[:] = self.read(offset, len(dst), what)
 
-    def load(self, **kwargs: Any) -> Any:
-        kwargs.pop("mmap_mode", None)
-        return load(self._url, **kwargs)
+    def loadable(self) -> str:
+        return self._url
