@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from ..errors import TruncatedError
+from ..errors import LoadError, TruncatedError
 from .remote import filesystem
 from .sources import plain_fileno
 
@@ -151,14 +151,24 @@ def _seekable(file: Any) -> bool:
 
 class UrlRanges(Ranges):
     """A record at a URL (the whole object), read in byte ranges: a batch of frames at once
-    with ``cat_ranges``, which file systems such as s3fs fetch concurrently."""
+    with ``cat_ranges``, which file systems such as s3fs fetch concurrently.
+
+    Raises:
+        blpickle.LoadError: when the file system gives no size for the URL.
+    """
 
     batch = 16
 
     def __init__(self, url: str) -> None:
         self._url = url
         self._fs, self._path = filesystem(url)
-        self.size = self._fs.size(self._path)
+        size = self._fs.size(self._path)
+        if not isinstance(size, int):
+            raise LoadError(
+                f"the server gives no size for {url} (no Content-Length): blpickle.open reads byte "
+                "ranges and needs it; blpickle.load reads the record as a stream"
+            )
+        self.size = size
 
     def read(self, offset: int, size: int, what: str) -> Any:
         return self.read_many([(offset, size)], what)[0]
