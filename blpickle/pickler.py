@@ -94,6 +94,12 @@ class _Graph:
             del self._tail[:chunk_size]
             self._start += chunk_size
 
+    def small(self) -> bytearray | None:
+        """Return the pickle stream when it fits a compact record (`fits_compact` for an
+        unsigned stream with no buffer: in memory and under `COMPACT_LIMIT` bytes), else None."""
+        tail = self._tail
+        return tail if self._packed is None and len(tail) < COMPACT_LIMIT else None
+
     def whole(self) -> bytearray | None:
         """Return the pickle stream if it is all in memory (it never filled a chunk), else None."""
         return self._tail if self._packed is None else None
@@ -471,15 +477,12 @@ def dumps(
         graph = pickler._graph
         try:
             _C_DUMP(pickler, obj)
-            tail = graph._tail
+            small = graph.small()
             out_of_band = pickler._out_of_band
-            # `fits_compact` for an unsigned pickle stream, spelled out: its call would cost
-            # a tenth of a small record's dump
-            small = graph._packed is None and len(tail) < COMPACT_LIMIT
-            if small and (not out_of_band.met or out_of_band.release_if_unused()):
-                record = fmt.encode_compact(tail)
+            if small is not None and (not out_of_band.met or out_of_band.release_if_unused()):
+                record = fmt.encode_compact(small)
                 pickler.clear_memo()
-                tail.clear()  # encode_compact copied it, and nothing else refers to it
+                small.clear()  # encode_compact copied it, and nothing else refers to it
             else:
                 record = pickler._full_record_bytes(obj)
         except BaseException:
