@@ -30,7 +30,7 @@ import blosc2
 import numpy as np
 
 import blpickle
-import blpickle.policy
+import blpickle.engine.policy
 
 from .datasets import ENTROPIES, make_array
 
@@ -57,12 +57,12 @@ def _fault_in(nbytes: int) -> np.ndarray:
 @contextmanager
 def zstd_blocksize(size: int | None) -> Iterator[None]:
     """Use ``size`` as blpickle's zstd block size inside the block (None: leave it)."""
-    saved = blpickle.policy.ZSTD_BLOCKSIZE
-    blpickle.policy.ZSTD_BLOCKSIZE = size or saved
+    saved = blpickle.engine.policy.ZSTD_BLOCKSIZE
+    blpickle.engine.policy.ZSTD_BLOCKSIZE = size or saved
     try:
         yield
     finally:
-        blpickle.policy.ZSTD_BLOCKSIZE = saved
+        blpickle.engine.policy.ZSTD_BLOCKSIZE = saved
 
 
 def measure(array: np.ndarray, path: str, repeat: int) -> list[dict]:

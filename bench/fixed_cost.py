@@ -5,7 +5,7 @@ Workloads: ``{"a": 1}`` round trip (``loads(dumps(obj))``) and its size; a list 
 a list of 100 small dicts and 200 arrays of 800 bytes, round trip; a fitted 100-tree random
 forest dumped to and loaded from a path (page cache hot), and dumped to an open file. Both
 sides of a dump to a path are equally durable: ``blpickle.dump(obj, path)`` writes a temporary
-file, fsyncs it, renames it over the path and fsyncs the directory (`blpickle.files`), so
+file, fsyncs it, renames it over the path and fsyncs the directory (`blpickle.io.files`), so
 pickle's side does the same (`durable_pickle_dump`); the dump to an open file (no fsync on
 either side) compares the serializers alone. Each sample times a loop of calls long enough to be measured
 (calibrated per contender); rounds alternate which contender goes first. The figures are

@@ -14,9 +14,9 @@ import pytest
 
 import blpickle
 from blpickle import format as fmt
-from blpickle.buffers import spread_sample
-from blpickle.chunks import compress_chunk
-from blpickle.policy import blosc2_cparams, choose_codec
+from blpickle.engine.buffers import spread_sample
+from blpickle.engine.chunks import compress_chunk
+from blpickle.engine.policy import blosc2_cparams, choose_codec
 
 from .datasets import ENTROPIES, make_array, make_objects
 

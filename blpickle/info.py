@@ -8,13 +8,13 @@ from contextlib import ExitStack
 from typing import Any, BinaryIO
 
 from . import format as fmt
+from .engine.reader import RecordReader
 from .errors import LoadError
-from .files import open_input
-from .layout import splices_of
+from .format.layout import splices_of
+from .format.scan import chunks_of, scan_globals
+from .io.files import open_input
+from .io.sources import FileSource, MemorySource, Source
 from .options import available_threads
-from .reader import RecordReader
-from .scan import chunks_of, scan_globals
-from .sources import FileSource, MemorySource, Source
 
 __all__ = ["BufferInfo", "RecordInfo", "inspect", "pickle_globals"]
 
@@ -93,7 +93,7 @@ def inspect(
 ) -> RecordInfo:
     """Describe the record in ``file`` (a path, a binary file object or a bytes-like object)
     without unpickling it. Only the object graph's pickle is decompressed, a chunk at a
-    time, each read by `blpickle.scan` and dropped: memory stays bounded whatever its size.
+    time, each read by `blpickle.format.scan` and dropped: memory stays bounded whatever its size.
 
     With ``verify`` (the default) every checksum of the record, and its signature when a
     ``key`` is given, is checked on the way. ``verify=False`` reads only the header, the
@@ -150,15 +150,15 @@ def _stored_sizes(streams: tuple[fmt.StreamInfo, ...], csizes: list[int]) -> lis
 
 def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ...]:
     """Return every ``module.name`` a pickle would import, in order of first use, read from
-    its opcodes without running it (`blpickle.scan`). With the ``header`` of the record
+    its opcodes without running it (`blpickle.format.scan`). With the ``header`` of the record
     whose pickle stream ``data`` is, the stream is read as the loader reads it
-    (`blpickle.layout`): spliced payloads, which are not in ``data``, are unknown values,
+    (`blpickle.format.layout`): spliced payloads, which are not in ``data``, are unknown values,
     and the opcodes must follow the stream's layout.
 
     Raises:
         CorruptError: when the data is not a valid pickle, or not one the loader would read
             the same way (a splice anywhere but at a payload, an opcode across a frame's end).
-        LimitError: when the names take over ``blpickle.scan.MAX_GLOBALS_BYTES``.
+        LimitError: when the names take over ``blpickle.format.scan.MAX_GLOBALS_BYTES``.
     """
     if header is None:
         return scan_globals(chunks_of(data))

@@ -57,7 +57,7 @@ class Options:
 
     Attributes:
         codec: Blosc2 codec; ``"auto"`` picks zstd or lz4 for each buffer from a sample
-            (`blpickle.policy.choose_codec`); ``None`` stores buffers raw and 64-byte aligned (so
+            (`blpickle.engine.policy.choose_codec`); ``None`` stores buffers raw and 64-byte aligned (so
             ``load(path, mmap_mode="r")`` can map them).
         clevel: compression level, 0 (no compression) to 9 (slowest, smallest).
         shuffle: byte (``"shuffle"``) or bit (``"bitshuffle"``) transposition by element size

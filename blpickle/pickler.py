@@ -3,7 +3,7 @@
 Pickling runs the C pickler at protocol 5 into memory, taking every large contiguous buffer
 out of band (and compressing a big pickle stream as it grows), then writes one record
 (`blpickle.format`): a compact one for a small pickle with nothing out of band, else a full
-one with the buffers as chunked, multithreaded Blosc2 streams (`blpickle.writer`).
+one with the buffers as chunked, multithreaded Blosc2 streams (`blpickle.engine.writer`).
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ import cloudpickle
 import numpy as np
 
 from . import format as fmt
-from . import remote
-from .aliases import Aliases
 from .arrays import pickle_keeps_dtype, reduce_ndarray
-from .buffers import Payload
+from .engine.aliases import Aliases
+from .engine.buffers import Payload
+from .engine.names import array_names
+from .engine.policy import COMPACT_LIMIT, fits_compact, plan_graph
+from .engine.writer import CountingWriter, PackedStream, Pickled, write_pickled
 from .errors import OptionsError
-from .files import atomic_write
-from .names import array_names
+from .io import remote
+from .io.files import atomic_write
+from .io.remote import is_url
 from .options import PRESETS, Options, PicklerKind, check_key, resolve_options
-from .policy import COMPACT_LIMIT, fits_compact, plan_graph
-from .remote import is_url
-from .writer import CountingWriter, PackedStream, Pickled, write_pickled
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -59,7 +59,7 @@ SPLICE_LIMIT = 1 << 20
 
 class _Graph:
     """Where the C pickler writes. The pickle stream is kept in memory; once it reaches a
-    chunk of `blpickle.policy.plan_graph`, its chunks are compressed in the background as soon
+    chunk of `blpickle.engine.policy.plan_graph`, its chunks are compressed in the background as soon
     as they are complete (a `PackedStream`; never with codec None). At protocol 4 and up, the
     large bytes, bytearray and str payloads the pickler writes on their own (never inside a
     frame) are kept by reference and given to ``splice`` (`_OutOfBand.splice`), to be stored
@@ -93,6 +93,12 @@ class _Graph:
             self._packed.add(bytes(self._tail[:chunk_size]))
             del self._tail[:chunk_size]
             self._start += chunk_size
+
+    def small(self) -> bytearray | None:
+        """Return the pickle stream when it fits a compact record (`fits_compact` for an
+        unsigned stream with no buffer: in memory and under `COMPACT_LIMIT` bytes), else None."""
+        tail = self._tail
+        return tail if self._packed is None and len(tail) < COMPACT_LIMIT else None
 
     def whole(self) -> bytearray | None:
         """Return the pickle stream if it is all in memory (it never filled a chunk), else None."""
@@ -174,7 +180,7 @@ class _OutOfBand:
     def reduce_ndarray(self, array: np.ndarray) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
         `take_buffer`, a copy in band, a view of an array reduced before whose memory holds
-        it (`blpickle.aliases`), or numpy's own reduction (protocols under 5, object arrays,
+        it (`blpickle.engine.aliases`), or numpy's own reduction (protocols under 5, object arrays,
         dtypes numpy gives back changed, a caller's ``buffer_callback``). The array loads as
         ``pickle`` gives it back, contiguous ones read-only if they were, views as views."""
         self.met = True
@@ -216,7 +222,7 @@ class _OutOfBand:
 
     def name_arrays(self, obj: Any) -> None:
         """Name the payloads of the arrays taken out of band by their paths in ``obj``, the
-        object just pickled (`blpickle.names`)."""
+        object just pickled (`blpickle.engine.names`)."""
         if self._arrays:
             for position, name in array_names(obj, self._arrays).items():
                 self.streams[position][0].name = name
@@ -326,7 +332,7 @@ class _RecordPickler(pickle.Pickler):
             self._reset()
 
     def _compact_record(self) -> bytes | None:
-        """Return the last pickling as a compact record, if `blpickle.policy.fits_compact`
+        """Return the last pickling as a compact record, if `blpickle.engine.policy.fits_compact`
         says it is one."""
         tail = self._graph.whole()
         if tail is None or self._out_of_band.used() or not fits_compact(len(tail), 0, (), self._key):
@@ -334,7 +340,7 @@ class _RecordPickler(pickle.Pickler):
         return fmt.encode_compact(tail)
 
     def _write_full(self, file: BinaryIO) -> None:
-        """Write the last pickling as a full record (`blpickle.writer.write_pickled`)."""
+        """Write the last pickling as a full record (`blpickle.engine.writer.write_pickled`)."""
         out_of_band = self._out_of_band
         pickled = Pickled(self._graph.finish(), tuple(out_of_band.streams), tuple(out_of_band.external), self._protocol)
         write_pickled(file, pickled, self.options, self._key)
@@ -471,15 +477,12 @@ def dumps(
         graph = pickler._graph
         try:
             _C_DUMP(pickler, obj)
-            tail = graph._tail
+            small = graph.small()
             out_of_band = pickler._out_of_band
-            # `fits_compact` for an unsigned pickle stream, spelled out: its call would cost
-            # a tenth of a small record's dump
-            small = graph._packed is None and len(tail) < COMPACT_LIMIT
-            if small and (not out_of_band.met or out_of_band.release_if_unused()):
-                record = fmt.encode_compact(tail)
+            if small is not None and (not out_of_band.met or out_of_band.release_if_unused()):
+                record = fmt.encode_compact(small)
                 pickler.clear_memo()
-                tail.clear()  # encode_compact copied it, and nothing else refers to it
+                small.clear()  # encode_compact copied it, and nothing else refers to it
             else:
                 record = pickler._full_record_bytes(obj)
         except BaseException:

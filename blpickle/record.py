@@ -8,7 +8,6 @@ unpickled (but by `Record.load`), so opening an untrusted file runs none of its 
 
 from __future__ import annotations
 
-import ast
 import builtins
 import dataclasses
 import math
@@ -18,24 +17,27 @@ from typing import Any
 import numpy as np
 
 from . import format as fmt
-from .chunks import unpack_chunk
-from .errors import BadMagicError, ChecksumError, CorruptError, LimitError, TruncatedError
-from .files import expand, is_path, naming_errors
+from .engine.chunks import unpack_chunk
+from .engine.pool import map_ordered
+from .engine.reader import RecordReader, allocate_stream
+from .errors import BadMagicError, ChecksumError, CorruptError, LimitError, LoadError, TruncatedError
+from .format.dtypes import parse_dtype
+from .format.trailer import RecordIndex, check_footer, check_trailer_size, chunk_name, parse_index
 from .info import BufferInfo, RecordInfo, pickle_globals
+from .io.files import expand, is_path, naming_errors
+from .io.ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
+from .io.remote import is_url
+from .io.sources import MemorySource
 from .options import Options
-from .pool import map_ordered
-from .ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
-from .reader import RecordReader
-from .remote import is_url
-from .sources import MemorySource
+from .unpickler import load, loads
 
 __all__ = ["ArrayInfo", "Record", "open"]
 
+#: Chunks whose size fields `Record._confirm` reads at once.
+_CONFIRM_BATCH = 256
 #: The first read of a record: its first bytes (the preamble and, most often, the whole
 #: header) and its last (the footer and, most often, the whole trailer).
 _HEAD_READ = 64 << 10
-#: Longest dtype description parsed as a structured dtype.
-_MAX_DTYPE_TEXT = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,20 +151,20 @@ class Record:
         self.signed = reader.signed
         self.version = f"{fmt.VERSION_MAJOR}.{reader.minor}"
         self._header_checksum = fmt.checksum(head[: self._data_start - fmt.U64.size])
-        self._first_frame = _first_frames(self.header.streams)
         streams = self.header.streams
-        #: a compact record's pickle: it has no frames and no trailer
+        #: a compact record's pickle: it has no chunks and no trailer
         self._compact = bytes(head[fmt.PREAMBLE.size : self._data_start - fmt.U64.size]) if reader.compact else None
         if self._compact is not None:
-            self._index, self._frames_end, self.size = fmt.FrameIndex(), self._data_start, self._data_start
-            stored = [len(self._compact)]
+            chunks = fmt.FrameIndex()
+            self._index = RecordIndex(chunks, (0,) * len(streams), (len(self._compact),), self._data_start)
+            self.size = self._data_start
         else:
-            self._index, self._frames_end, self.size = self._read_trailer()
-            self._check_index()
-            firsts = zip(self._first_frame, streams, strict=True)
-            stored = [sum(self._index.csizes[f : f + s.nchunks]) for f, s in firsts]
-        self._stored = stored
-        self.arrays = tuple(_describe(n - 1, s, stored[n]) for n, s in enumerate(streams) if n)
+            self._index = self._read_index()
+            self.size = self._index.end + fmt.U64.size + len(self._index_trailer) + fmt.FOOTER.size
+        #: chunks before this one have their size fields checked against the index
+        self._confirmed = 0
+        self._stored = self._index.stored
+        self.arrays = tuple(_describe(n - 1, s, self._stored[n]) for n, s in enumerate(streams) if n)
         self._by_name = {a.name: a.position for a in self.arrays if a.name is not None}
         self.names = tuple(self._by_name)
         self._info: RecordInfo | None = None
@@ -216,7 +218,10 @@ class Record:
     def load(self, **kwargs: Any) -> Any:
         """Load the whole object, as `blpickle.load` does with ``kwargs`` (``safe=``,
         ``key=``...): this unpickles."""
-        return self._ranges.load(**kwargs)
+        target = self._ranges.loadable()
+        if not hasattr(target, "read"):  # a URL or bytes in memory: nothing to map
+            kwargs.pop("mmap_mode", None)
+        return loads(target, **kwargs) if isinstance(target, memoryview) else load(target, **kwargs)
 
     @property
     def info(self) -> RecordInfo:
@@ -268,48 +273,54 @@ class Record:
             raise IndexError(f"the record has {len(self.arrays)} buffers, there is no buffer {position!r}")
         return self.arrays[position]
 
-    def _read_trailer(self) -> tuple[fmt.FrameIndex, int, int]:
-        """Find and decode the trailer: at the end of the input if the frames it lists end
-        right before it, else after the last frame, found by walking over the frames (a
-        record followed by others). Return it, where the frames end, and the record's size.
+    def _read_index(self) -> RecordIndex:
+        """Find, check and parse the record's own trailer (`blpickle.format.trailer.parse_index`):
+        the one at the end of the input when its chunks run from the header to it, else the one
+        after the last chunk, found by stepping over the chunks (a record followed by others,
+        or by bytes appended to it).
 
         Raises:
             CorruptError, LimitError, ChecksumError, TruncatedError.
         """
-        nframes = fmt.total_frames(self.header.streams)
-        start = self._trailer_at_end()
-        if start is not None:
-            index, size = self._decode_trailer(start, nframes)
-            if self._frames_stop(index) == start - fmt.U64.size:
-                return index, start - fmt.U64.size, start + size + fmt.FOOTER.size
-        start = self._walk_frames()  # not the last record in the input (or a damaged one)
-        index, size = self._decode_trailer(start, nframes)
-        return index, start - fmt.U64.size, start + size + fmt.FOOTER.size
+        end = self._ranges.size
+        error = None
+        if end >= self._data_start + fmt.U64.size + fmt.FOOTER.size:
+            size, stored, end_magic = fmt.FOOTER.unpack(
+                self._read_at(end - fmt.FOOTER.size, fmt.FOOTER.size, "the footer")
+            )
+            start = end - fmt.FOOTER.size - size
+            if end_magic == fmt.END_MAGIC and size <= fmt.MAX_TRAILER_SIZE and start - fmt.U64.size >= self._data_start:
+                trailer = bytes(self._read_at(start, size, "the trailer"))
+                if fmt.checksum(trailer, self._header_checksum) == stored:
+                    try:
+                        return self._parse(trailer, start - fmt.U64.size)
+                    except CorruptError as exc:  # not this record's chunks: its own trailer follows them
+                        error = exc
+        try:
+            return self._trailer_at(self._walk_chunks())
+        except LoadError:
+            if error is None:
+                raise
+            raise error from None  # no trailer after the chunks: the one at the end is wrong
 
-    def _decode_trailer(self, start: int, nframes: int) -> tuple[fmt.FrameIndex, int]:
-        """Read, check and decode the trailer that starts at ``start``; return it and its size.
+    def _trailer_at(self, end: int) -> RecordIndex:
+        """Read, check and parse the trailer whose size field is at ``end``.
 
         Raises:
             CorruptError, LimitError, ChecksumError, TruncatedError.
         """
-        size = fmt.U64.unpack(self._read_at(start - fmt.U64.size, fmt.U64.size, "the trailer size"))[0]
-        if size > fmt.MAX_TRAILER_SIZE:
-            raise LimitError(f"trailer size {size} is over the limit of {fmt.MAX_TRAILER_SIZE} bytes")
+        size = fmt.U64.unpack(self._read_at(end, fmt.U64.size, "the trailer size"))[0]
+        check_trailer_size(size)
+        start = end + fmt.U64.size
         block = self._read_at(start, size + fmt.FOOTER.size, "the trailer")
         trailer = bytes(block[:size])
-        footer_size, stored, end_magic = fmt.FOOTER.unpack(block[size:])
-        computed = fmt.checksum(trailer, self._header_checksum)
-        if stored != computed:
-            raise ChecksumError("the trailer", start, stored, computed)
-        if footer_size != size or end_magic != fmt.END_MAGIC:
-            raise CorruptError(f"the footer at offset {start + size} does not match the trailer")
-        return fmt.FrameIndex.decode(trailer, nframes), size
+        check_footer(trailer, block[size:], self._header_checksum, start)
+        return self._parse(trailer, end)
 
-    def _frames_stop(self, index: fmt.FrameIndex) -> int:
-        """Where the frames ``index`` lists end: where the trailer's size field must be."""
-        if not len(index):
-            return self._data_start
-        return index.offsets[-1] + 2 * fmt.U64.size + index.csizes[-1]
+    def _parse(self, trailer: bytes, end: int) -> RecordIndex:
+        index = parse_index(self.header, trailer, self._data_start, end)
+        self._index_trailer = trailer
+        return index
 
     def _read_at(self, offset: int, size: int, what: str) -> Any:
         """Return the ``size`` bytes at ``offset``, from the bytes read on opening if they
@@ -319,22 +330,9 @@ class Record:
                 return memoryview(data)[offset - start : offset - start + size]
         return self._ranges.read(offset, size, what)
 
-    def _trailer_at_end(self) -> int | None:
-        """Return where the trailer starts if the input ends with this record's footer."""
-        end = self._ranges.size
-        if end < self._data_start + fmt.U64.size + fmt.FOOTER.size:
-            return None
-        footer = self._read_at(end - fmt.FOOTER.size, fmt.FOOTER.size, "the footer")
-        size, stored, end_magic = fmt.FOOTER.unpack(footer)
-        start = end - fmt.FOOTER.size - size
-        if end_magic != fmt.END_MAGIC or size > fmt.MAX_TRAILER_SIZE or start - fmt.U64.size < self._data_start:
-            return None
-        trailer = self._read_at(start, size, "the trailer")
-        return start if fmt.checksum(trailer, self._header_checksum) == stored else None
-
-    def _walk_frames(self) -> int:
-        """Return where the trailer starts, found by stepping over every frame (reading
-        their size fields only)."""
+    def _walk_chunks(self) -> int:
+        """Return where the chunks end (the trailer's size field), found by stepping over
+        every chunk (reading their size fields only)."""
         pos = self._data_start
         for number, info in enumerate(self.header.streams):
             if info.raw:
@@ -343,32 +341,36 @@ class Record:
                     pos += 2 * fmt.U64.size + info.nbytes
                 continue
             for chunk in range(info.nchunks):
-                what = f"the size of {_frame_name(number, chunk)}"
+                what = f"the size of {chunk_name(number, chunk)}"
                 pos += 2 * fmt.U64.size + fmt.U64.unpack(self._read_at(pos, fmt.U64.size, what))[0]
-        return pos + fmt.U64.size
+        return pos
 
-    def _check_index(self) -> None:
-        """Check that the trailer places every frame after the previous one, before the
-        trailer, with a size its stream allows.
+    def _confirm(self, upto: int) -> None:
+        """Check the size field of every chunk before chunk ``upto`` (and, for a compressed
+        one, the sizes its Blosc2 header declares) against the index, before any of them is
+        used or anything allocated for them: the chunks read are then those `blpickle.load`
+        reads, and no chunk declares more than its slot holds.
 
         Raises:
-            CorruptError: naming the first frame that is not.
+            CorruptError: naming the first chunk that does not match.
+            TruncatedError: when the input ends before.
         """
-        index = self._index
-        pos = self._data_start
-        for number, info in enumerate(self.header.streams):
-            first = self._first_frame[number]
-            for chunk, (start, stop) in enumerate(info.chunk_spans()):
-                frame = first + chunk
-                offset, csize = index.offsets[frame], index.csizes[frame]
-                most = stop - start + fmt.BLOSC2_MAX_OVERHEAD
-                valid = csize == info.nbytes if info.raw else fmt.BLOSC2_MIN_CHUNK <= csize <= most
-                if not valid or offset < pos or offset + 2 * fmt.U64.size + csize > self._frames_end:
+        chunks = self._index.chunks
+        spans = list(_chunk_spans(self.header.streams))
+        while self._confirmed < upto:
+            batch = range(self._confirmed, min(upto, self._confirmed + _CONFIRM_BATCH))
+            heads = [(chunks.offsets[f], fmt.U64.size + (0 if spans[f][2] else fmt.BLOSC2_SIZES.size)) for f in batch]
+            found = self._ranges.read_many(heads, "the chunks' size fields")
+            for frame, head in zip(batch, found, strict=True):
+                number, chunk, raw, nbytes = spans[frame]
+                declared = fmt.U64.unpack_from(head)[0]
+                sizes = None if raw else fmt.BLOSC2_SIZES.unpack_from(head, fmt.U64.size)
+                if declared != chunks.csizes[frame] or sizes not in (None, (nbytes, declared)):
                     raise CorruptError(
-                        f"the trailer places {_frame_name(number, chunk)} at offset {offset} with {csize} "
-                        "stored bytes: not after the previous frame, or not a size its stream allows"
+                        f"{chunk_name(number, chunk)} at offset {chunks.offsets[frame]} does not match the "
+                        "trailer's index: its size field or its Blosc2 header declares other sizes"
                     )
-                pos = offset + 2 * fmt.U64.size + csize
+            self._confirmed = batch.stop
 
     def _read(self, number: int, start: int, stop: int) -> np.ndarray:
         """Return bytes ``start:stop`` of stream ``number``, decompressed (see `read_bytes`)."""
@@ -384,13 +386,14 @@ class Record:
             )
         if info.raw and stop - start < info.nbytes and not self.header.uncompressed:
             return self._read(number, 0, info.nbytes)[start:stop].copy()  # read whole, to check it
-        out = _allocate(stop - start, number)
         if stop == start:
-            return out
+            return allocate_stream(0, number)
+        first, last = (0, 1) if info.raw else (start // info.chunk_size, -(-stop // info.chunk_size))
+        self._confirm(self._index.first[number] + last)
+        out = allocate_stream(stop - start, number)
         if info.raw:
             self._read_raw(number, start, out)
             return out
-        first, last = start // info.chunk_size, -(-stop // info.chunk_size)
         jobs = self._fetch(number, range(first, last))
         for _ in map_ordered(lambda job: self._unpack(number, start, out, *job), jobs, last - first, self._nthreads):
             pass
@@ -399,22 +402,26 @@ class Record:
     def _fetch(self, number: int, chunks: range) -> Iterator[tuple[int, Any]]:
         """Yield ``(chunk, frame bytes)`` for the chunks of stream ``number``, fetched a batch
         of frames at a time."""
-        first = self._first_frame[number]
-        index = self._index
+        first = self._index.first[number]
+        index = self._index.chunks
         batch = max(self._ranges.batch, self._nthreads)
         for at in range(0, len(chunks), batch):
             part = chunks[at : at + batch]
             spans = [(index.offsets[first + c], index.csizes[first + c] + 2 * fmt.U64.size) for c in part]
-            found = self._ranges.read_many(spans, f"the frames of {_frame_name(number, part[0])}")
+            found = self._ranges.read_many(spans, f"the frames of {chunk_name(number, part[0])}")
             yield from zip(part, found, strict=True)
 
     def _unpack(self, number: int, start: int, out: np.ndarray, chunk: int, data: Any) -> None:
         """Check one frame and decompress it into ``out`` (which holds the stream's bytes
         from ``start``), straight where the chunk lies whole inside, else through a copy."""
         info = self.header.streams[number]
-        frame = self._first_frame[number] + chunk
-        offset, csize, expected = self._index.offsets[frame], self._index.csizes[frame], self._index.checksums[frame]
-        what = _frame_name(number, chunk)
+        frame = self._index.first[number] + chunk
+        offset, csize, expected = (
+            self._index.chunks.offsets[frame],
+            self._index.chunks.csizes[frame],
+            self._index.chunks.checksums[frame],
+        )
+        what = chunk_name(number, chunk)
         view = memoryview(data).cast("B")
         declared = fmt.U64.unpack(view[: fmt.U64.size])[0]
         stored = fmt.U64.unpack(view[-fmt.U64.size :])[0]
@@ -422,7 +429,7 @@ class Record:
             raise CorruptError(f"{what} at offset {offset} does not match the trailer's frame index")
         low, high = chunk * info.chunk_size, min((chunk + 1) * info.chunk_size, info.nbytes)
         inside = start <= low and high <= start + out.nbytes
-        dst = out.data[low - start : high - start] if inside else _allocate(high - low, number).data
+        dst = out.data[low - start : high - start] if inside else allocate_stream(high - low, number).data
         packed = view[fmt.U64.size : fmt.U64.size + csize]
         unpack_chunk(packed, stored, fmt.frame_seed(self._header_checksum, frame), high - low, dst, what, offset)
         if not inside:
@@ -433,47 +440,34 @@ class Record:
         """Read bytes of a raw stream into ``out``: the whole payload with its size field and
         checksum checked, or a part of it unchecked."""
         info = self.header.streams[number]
-        frame = self._first_frame[number]
-        offset = self._index.offsets[frame]
-        what = _frame_name(number, 0)
+        frame = self._index.first[number]
+        offset = self._index.chunks.offsets[frame]
+        what = chunk_name(number, 0)
         payload = offset + fmt.U64.size
         self._ranges.readinto(payload + start, out.data, what)
         if out.nbytes < info.nbytes:
             return
         size = fmt.U64.unpack(self._ranges.read(offset, fmt.U64.size, f"the size of {what}"))[0]
         stored = fmt.U64.unpack(self._ranges.read(payload + size, fmt.U64.size, f"the checksum of {what}"))[0]
-        if size != info.nbytes or stored != self._index.checksums[frame]:
+        if size != info.nbytes or stored != self._index.chunks.checksums[frame]:
             raise CorruptError(f"{what} at offset {offset} does not match the trailer's frame index")
         computed = fmt.checksum(out, fmt.frame_seed(self._header_checksum, frame))
         if computed != stored:
             raise ChecksumError(what, payload, stored, computed)
 
 
-def _frame_name(number: int, chunk: int) -> str:
-    stream = "the pickle stream" if number == 0 else f"buffer {number - 1}"
-    return f"chunk {chunk} of {stream}"
-
-
-def _first_frames(streams: tuple[fmt.StreamInfo, ...]) -> list[int]:
-    firsts, frame = [], 0
-    for info in streams:
-        firsts.append(frame)
-        frame += info.nchunks
-    return firsts
-
-
-def _allocate(nbytes: int, number: int) -> np.ndarray:
-    try:
-        return np.empty(nbytes, dtype=np.uint8)
-    except (MemoryError, ValueError):
-        raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
+def _chunk_spans(streams: tuple[fmt.StreamInfo, ...]) -> Iterator[tuple[int, int, bool, int]]:
+    """Yield ``(stream, chunk, raw, decompressed size)`` for every chunk of a record, in order."""
+    for number, info in enumerate(streams):
+        for chunk, (low, high) in enumerate(info.chunk_spans()):
+            yield number, chunk, info.raw, high - low
 
 
 def _describe(position: int, info: fmt.StreamInfo, stored: int) -> ArrayInfo:
     """Describe a buffer from its stream map: an array where dtype, shape and order are
     given (or the order cannot matter: records of format 1.0 do not give it) and agree with
     its size, else bytes."""
-    dtype = None if info.dtype is None or info.shape is None else _parse_dtype(info.dtype)
+    dtype = None if info.dtype is None or info.shape is None else parse_dtype(info.dtype)
     order = info.order
     if dtype is not None and info.shape is not None:
         if order is None and sum(n > 1 for n in info.shape) <= 1:
@@ -493,18 +487,3 @@ def _describe(position: int, info: fmt.StreamInfo, stored: int) -> ArrayInfo:
         chunk_size=info.chunk_size,
         codec=info.codec,
     )
-
-
-def _parse_dtype(text: str) -> np.dtype | None:
-    """Return the dtype ``str(dtype)`` gave ``text`` (structured dtypes through a literal,
-    never through code), or None for anything else, object dtypes included."""
-    try:
-        dtype = np.dtype(text)
-    except (TypeError, ValueError):
-        if len(text) > _MAX_DTYPE_TEXT:
-            return None
-        try:
-            dtype = np.dtype(ast.literal_eval(text))
-        except Exception:  # any text a forged header may hold
-            return None
-    return None if dtype.hasobject or not dtype.itemsize else dtype

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import BadMagicError
-from .files import open_input
 from .format import MAGIC
 from .info import inspect, pickle_globals
+from .io.files import open_input
 from .restricted.policy import DENIED, SAFE_CLASSES, SAFE_GLOBALS, SAFE_PACKAGES, Policy
 
 __all__ = ["DENIED", "SAFE_CLASSES", "SAFE_GLOBALS", "SAFE_PACKAGES", "Policy", "untrusted_globals"]

@@ -1,7 +1,7 @@
 """The drop-in Unpickler and load/loads: records (full or compact) and plain pickle data.
 
-A record is read by `blpickle.reader.RecordReader` and its pickle stream unpickled as the
-reader decompresses it (`blpickle.layout`); a compact record given to `loads` is checked and
+A record is read by `blpickle.engine.reader.RecordReader` and its pickle stream unpickled as the
+reader decompresses it (`blpickle.format.layout`); a compact record given to `loads` is checked and
 unpickled in one step. Input that does not start with blpickle's magic is read as plain
 pickle data.
 """
@@ -17,6 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, NamedTuple
 
 from . import format as fmt
+from .engine.pickle_file import PickleFile, open_pickle
+from .engine.policy import COMPACT_LIMIT
+from .engine.reader import RecordReader
 from .errors import (
     BadMagicError,
     BlpickleError,
@@ -27,13 +30,10 @@ from .errors import (
     SignatureError,
     TruncatedError,
 )
-from .files import open_input
-from .layout import PickleFile, open_pickle
+from .io.files import open_input
+from .io.sources import FileSource, MemorySource, Source, map_file
 from .options import Options, available_threads, check_key
-from .policy import COMPACT_LIMIT
-from .reader import RecordReader
 from .restricted import Policy, RestrictedUnpickler
-from .sources import FileSource, MemorySource, Source, map_file
 
 __all__ = ["MMAP_MODES", "Unpickler", "load", "loads"]
 

@@ -10,8 +10,8 @@ import blosc2
 import msgpack
 
 from blpickle import format as fmt
-from blpickle.reader import RecordReader
-from blpickle.sources import MemorySource
+from blpickle.engine.reader import RecordReader
+from blpickle.io.sources import MemorySource
 
 
 @dataclasses.dataclass

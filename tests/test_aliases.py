@@ -1,5 +1,5 @@
 """Arrays sharing memory are stored once and load as views sharing it; equal but independent
-arrays stay independent (blpickle.aliases, blpickle.arrays.rebuild_view)."""
+arrays stay independent (blpickle.engine.aliases, blpickle.arrays.rebuild_view)."""
 
 from __future__ import annotations
 

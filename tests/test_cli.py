@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import blpickle
-from blpickle import _cli_options, _cli_output, cli
+from blpickle import cli
+from blpickle.cli import arguments, output
 
 joblib = pytest.importorskip("joblib")
 
@@ -550,17 +551,17 @@ class FakeTerminal(io.StringIO):
 
 def test_progress_bar_only_on_a_terminal_and_without_tqdm(monkeypatch):
     pytest.importorskip("tqdm")
-    with _cli_output.Progress(2, "test", stream=FakeTerminal()) as progress:
+    with output.Progress(2, "test", stream=FakeTerminal()) as progress:
         assert progress._bar is not None
         progress.step("one")
         progress.step("two")
     hidden = io.StringIO()
-    with _cli_output.Progress(2, "test", stream=hidden) as progress:
+    with output.Progress(2, "test", stream=hidden) as progress:
         assert progress._bar is None
         progress.step("one")
     assert hidden.getvalue() == ""
     monkeypatch.setitem(sys.modules, "tqdm", None)
-    with _cli_output.Progress(2, "test", stream=FakeTerminal()) as progress:
+    with output.Progress(2, "test", stream=FakeTerminal()) as progress:
         assert progress._bar is None
         progress.step("one")
 
@@ -570,7 +571,7 @@ def test_progress_bar_only_on_a_terminal_and_without_tqdm(monkeypatch):
     [("4096", 4096), ("64K", 64 << 10), ("8M", 8 << 20), ("8MiB", 8 << 20), ("1g", 1 << 30)],
 )
 def test_parse_size(text, size):
-    assert _cli_options.parse_size(text) == size
+    assert arguments.parse_size(text) == size
 
 
 def test_joblib_blosc_files_are_recognised_without_joblib(call, files, monkeypatch):

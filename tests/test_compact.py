@@ -16,9 +16,9 @@ import pytest
 
 import blpickle
 from blpickle import format as fmt
-from blpickle.policy import COMPACT_LIMIT
-from blpickle.reader import RecordReader
-from blpickle.sources import MemorySource
+from blpickle.engine.policy import COMPACT_LIMIT
+from blpickle.engine.reader import RecordReader
+from blpickle.io.sources import MemorySource
 
 SMALL = {"a": 1, "text": "γ", "array": np.arange(10, dtype=np.int16), "nested": [1.5, None, (2, 3)]}  # noqa: RUF001
 

@@ -25,11 +25,11 @@ from test import pickletester
 
 import blpickle
 import blpickle.unpickler
+from blpickle.engine.reader import RecordReader
 from blpickle.format import MAGIC
-from blpickle.reader import RecordReader
+from blpickle.io.sources import MemorySource
 from blpickle.restricted.policy import Admitted, Policy
 from blpickle.restricted.registry import REGISTRY
-from blpickle.sources import MemorySource
 
 #: Tests that compare the raw output bytes with what plain pickle writes: blpickle wraps the
 #: pickle stream in a compressed record, so these assertions cannot apply. Each keeps its reason.

@@ -16,9 +16,9 @@ from records import join, split
 
 import blpickle
 from blpickle import format as fmt
-from blpickle import reader, writer
-from blpickle.frame_hash import FrameHash
-from blpickle.sources import FileSource
+from blpickle.engine import reader, writer
+from blpickle.engine.frame_hash import FrameHash
+from blpickle.io.sources import FileSource
 
 
 def _object() -> dict:

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import blpickle
-from blpickle import chunks, policy
-from blpickle.buffers import Payload
+from blpickle.engine import chunks, policy
+from blpickle.engine.buffers import Payload
+from blpickle.engine.pool import map_ordered
+from blpickle.engine.reader import RecordReader
 from blpickle.errors import ChecksumError, CorruptError
+from blpickle.io.sources import MemorySource
 from blpickle.options import Options
-from blpickle.pool import map_ordered
-from blpickle.reader import RecordReader
-from blpickle.sources import MemorySource
 
 RAMP = np.arange(1 << 20, dtype=np.int64)  # compresses hundreds of times
 NOISE = np.frombuffer(os.urandom(1 << 20), dtype=np.uint8)  # does not compress

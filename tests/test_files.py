@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import blpickle
-from blpickle.files import open_input
+from blpickle.io.files import open_input
 
 OBJECT = {"array": np.arange(50_000, dtype="f8"), "text": "x" * 100}
 
@@ -222,7 +222,7 @@ def test_open_input_opens_paths_and_passes_file_objects_through(tmp_path, monkey
 
 WRITER = r"""
 import sys, time
-from blpickle.files import atomic_write
+from blpickle.io.files import atomic_write
 
 with atomic_write(sys.argv[1]) as f:
     f.write(b"partial")

@@ -188,7 +188,7 @@ def test_a_header_read_in_one_call_costs_a_multiple_of_its_size():
     fixed = len(msgpack.packb(_doc(later=[])))
     maps = msgpack.packb(_doc(later=[[[{}] * 64] * ((fmt.SMALL_DOCUMENT_SIZE - fixed - 7) // 134)] * 2))
     assert len(deep) < len(maps) <= fmt.SMALL_DOCUMENT_SIZE
-    assert fmt._small_header(maps) is not None
+    assert fmt.header._small_header(maps) is not None
     decoded = []
     for data in (deep, maps):
 
@@ -235,7 +235,8 @@ def _outcome(decode, data):
 def _both_ways(decode, small, data):
     """What ``decode(data)`` gives, in one call where it can and piece by piece (``small``,
     the one-call reader, patched out)."""
-    with mock.patch.object(fmt, small, return_value=None):
+    module = fmt.header if small == "_small_header" else fmt.trailer
+    with mock.patch.object(module, small, return_value=None):
         piecewise = _outcome(decode, data)
     return _outcome(decode, data), piecewise
 
@@ -299,11 +300,11 @@ def test_a_trailer_decodes_the_same_in_one_call_and_piece_by_piece(changes, auth
 def test_headers_and_trailers_of_few_streams_are_read_in_one_call():
     arrays = {str(i): np.arange(10.0) for i in range(20)}
     parts = split(blpickle.dumps(arrays, codec=None))
-    assert fmt._small_header(msgpack.packb(parts.header)) is not None
-    assert fmt._small_trailer(msgpack.packb(parts.trailer), 21, authenticated=False) is not None
+    assert fmt.header._small_header(msgpack.packb(parts.header)) is not None
+    assert fmt.trailer._small_trailer(msgpack.packb(parts.trailer), 21, authenticated=False) is not None
     many = split(blpickle.dumps({**arrays, **{f"x{i}": np.arange(3) for i in range(64)}}, codec=None))
     header = msgpack.packb(many.header)
-    assert fmt._small_header(header) is None
+    assert fmt.header._small_header(header) is None
     streams = tuple(fmt.StreamInfo(**{**s, "shape": tuple(s["shape"])}) for s in many.header["streams"][1:])
     assert fmt.Header.decode(header).streams[1:] == streams
 

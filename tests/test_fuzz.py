@@ -30,11 +30,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import blpickle
+import blpickle.engine.pool
+import blpickle.engine.reader
 import blpickle.info
-import blpickle.pool
-import blpickle.reader
 from blpickle import format as fmt
-from blpickle import policy
+from blpickle.engine import policy
 
 OBJECT = {
     "ints": np.arange(30_000) // 3,
@@ -434,7 +434,7 @@ def test_a_failed_load_leaves_no_chunk_decompressing(monkeypatch):
     pool decompressing the rest of a 512 MiB pickle stream, into memory, during the loads
     after it. The chunks not started are cancelled when the load fails."""
     calls, release = [], threading.Event()
-    unpack = blpickle.reader.unpack_chunk
+    unpack = blpickle.engine.reader.unpack_chunk
 
     def held(*chunk):  # the pool's threads wait until the load has failed
         calls.append(chunk[6])
@@ -442,7 +442,7 @@ def test_a_failed_load_leaves_no_chunk_decompressing(monkeypatch):
             release.wait(30)
         unpack(*chunk)
 
-    monkeypatch.setattr(blpickle.reader, "unpack_chunk", held)
+    monkeypatch.setattr(blpickle.engine.reader, "unpack_chunk", held)
     record = record_of(b"\x80\x05\xff" + bytes(64 << 20), chunk_size=64 << 10)  # 1024 chunks, the first one bad
     try:
         blpickle.loads(record, nthreads=2)
@@ -452,7 +452,7 @@ def test_a_failed_load_leaves_no_chunk_decompressing(monkeypatch):
         pytest.fail("a damaged record loaded")
     gc.collect()
     release.set()
-    blpickle.pool.shared_pool(2).submit(lambda: None).result()  # every chunk queued before it has started
+    blpickle.engine.pool.shared_pool(2).submit(lambda: None).result()  # every chunk queued before it has started
     assert len(calls) < 16  # the first chunks, and those the pool had started (of 1024)
 
 

@@ -37,9 +37,10 @@ from joblib.numpy_pickle_utils import _detect_compressor
 
 import blpickle
 from blpickle import format as fmt
-from blpickle import policy
-from blpickle.integrations import JOBLIB_MAGIC, joblib_store, joblib_stream
+from blpickle.engine import joblib_stream, policy
+from blpickle.integrations import JOBLIB_MAGIC
 from blpickle.integrations import joblib as bj
+from blpickle.integrations.joblib import store as joblib_store
 
 
 @pytest.fixture(autouse=True)
@@ -197,7 +198,7 @@ def test_the_integration_needs_joblib_and_blpickle_does_not():
     sys.modules["joblib"] = None  # as if joblib were not installed
     import blpickle, blpickle.integrations
     print(blpickle.loads(blpickle.dumps(3)), blpickle.integrations.JOBLIB_MAGIC.hex())
-    import blpickle.integrations.joblib_stream  # the stream itself needs no joblib
+    import blpickle.engine.joblib_stream  # the stream itself needs no joblib
     try:
         import blpickle.integrations.joblib
     except ImportError as exc:

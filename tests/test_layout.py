@@ -1,4 +1,4 @@
-"""The pickle stream's layout (blpickle.layout): every reader puts splices only at the data of
+"""The pickle stream's layout (blpickle.format.layout): every reader puts splices only at the data of
 payload opcodes outside the frames, and load and inspect see the same opcodes."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from test_safe import CALLS
 import blpickle
 from blpickle import cli
 from blpickle import format as fmt
-from blpickle.layout import DATA, FRAME, OPCODE, SPLICE, Layout, PickleFile, open_pickle, tokens
-from blpickle.reader import RecordReader
-from blpickle.sources import MemorySource
+from blpickle.engine.pickle_file import PickleFile, open_pickle
+from blpickle.engine.reader import RecordReader
+from blpickle.format.layout import DATA, FRAME, OPCODE, SPLICE, Layout, tokens
+from blpickle.io.sources import MemorySource
 
 
 def _record(stream: bytes, splices: list[tuple[int, bytes]], protocol: int = 5) -> bytes:

@@ -129,8 +129,8 @@ def test_a_damaged_chunk_raises_when_iteration_reaches_it():
     record = blpickle.dumps({"a": array}, chunk_size=CHUNK)
     with blpickle.open(record) as rec:
         info = rec.arrays[0]
-        frame = rec._first_frame[info.position + 1] + 2
-        offset = rec._index.offsets[frame] + 8 + 40  # inside chunk 2
+        frame = rec._index.first[info.position + 1] + 2
+        offset = rec._index.chunks.offsets[frame] + 8 + 40  # inside chunk 2
     damaged = bytearray(record)
     damaged[offset] ^= 0xFF
     per_chunk = info.chunk_size // 28

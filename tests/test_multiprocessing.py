@@ -23,8 +23,8 @@ from conftest import assert_same_array
 
 import blpickle
 from blpickle.integrations import _mp_connection as mp_connection
-from blpickle.integrations import _wire
 from blpickle.integrations import multiprocessing as bmp
+from blpickle.integrations import transport
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Python >= 3.12: fork with threads
 
@@ -95,10 +95,10 @@ def test_pipe_round_trip_every_kind_of_buffer(compress, duplex):
 
 
 def test_auto_compresses_what_pays_and_sends_the_rest_raw():
-    wire = _wire.wire_options()
-    _, buffers = _wire.pickle_graph([np.arange(1_000_000), RNG.random(1_000_000), np.arange(100)], wire, ())
+    wire = transport.wire_options()
+    _, buffers = transport.pickle_graph([np.arange(1_000_000), RNG.random(1_000_000), np.arange(100)], wire, ())
     assert len(buffers) == 2  # the small one stays in band
-    _wire.plan_buffers(buffers, wire)
+    transport.plan_buffers(buffers, wire)
     assert buffers[0].chunk_size > 0  # compressible: chunks
     assert buffers[1].chunk_size == 0  # random: raw
     assert buffers[0].chunk_size % 8 == 0
@@ -166,7 +166,7 @@ def test_read_only_arrays_arrive_writable_small_and_big():
 def test_a_process_argument_pickled_in_band_keeps_read_only_arrays_whole():
     small, big = np.arange(10), np.arange(200_000)
     small.flags.writeable = big.flags.writeable = False
-    loaded = pickle.loads(_wire.cloudpickle_in_band((small, big, lambda: 1), ()))
+    loaded = pickle.loads(transport.cloudpickle_in_band((small, big, lambda: 1), ()))
     assert_same_array(small, loaded[0])
     assert_same_array(big, loaded[1])
     assert loaded[2]() == 1
@@ -182,9 +182,9 @@ def test_main_functions_go_by_value_only_when_asked(monkeypatch):
     helper.__module__, helper.__qualname__ = "__main__", "blpickle_test_helper"
     main = sys.modules["__main__"]
     monkeypatch.setattr(main, "blpickle_test_helper", helper, raising=False)
-    wire = _wire.wire_options()
-    by_reference, _ = _wire.pickle_graph(helper, wire, ())
-    by_value, _ = _wire.pickle_graph(helper, wire, (), main_by_value=True)
+    wire = transport.wire_options()
+    by_reference, _ = transport.pickle_graph(helper, wire, ())
+    by_value, _ = transport.pickle_graph(helper, wire, (), main_by_value=True)
     monkeypatch.delattr(main, "blpickle_test_helper")  # as in a child that does not define it
     with pytest.raises(AttributeError):
         pickle.loads(by_reference)
@@ -192,14 +192,14 @@ def test_main_functions_go_by_value_only_when_asked(monkeypatch):
 
 
 def test_what_the_c_pickler_cannot_pickle_falls_back_to_cloudpickle():
-    wire = _wire.wire_options()
+    wire = transport.wire_options()
     scale = 3
-    graph, _ = _wire.pickle_graph({"f": lambda x: x * scale, "a": [1, 2]}, wire, ())
+    graph, _ = transport.pickle_graph({"f": lambda x: x * scale, "a": [1, 2]}, wire, ())
     assert pickle.loads(graph)["f"](2) == 6
     with pytest.raises(TypeError):  # what neither can pickle raises cloudpickle's error
-        _wire.pickle_graph(threading.Lock(), wire, ())
+        transport.pickle_graph(threading.Lock(), wire, ())
     with pytest.raises((pickle.PicklingError, AttributeError)):  # pickler="pickle": no fallback
-        _wire.pickle_graph(lambda: 1, _wire.wire_options(pickler="pickle"), ())
+        transport.pickle_graph(lambda: 1, transport.wire_options(pickler="pickle"), ())
 
 
 class _SendsWhilePickled:
@@ -209,7 +209,7 @@ class _SendsWhilePickled:
         self.inner = inner
 
     def __reduce__(self):
-        graph, _ = _wire.pickle_graph(self.inner, _wire.wire_options(), ())
+        graph, _ = transport.pickle_graph(self.inner, transport.wire_options(), ())
         return pickle.loads, (bytes(graph),)
 
 
@@ -225,23 +225,23 @@ class _Clears:
 
 
 def test_each_pickling_of_a_thread_stands_alone():
-    wire = _wire.wire_options(pickler="pickle")
+    wire = transport.wire_options(pickler="pickle")
     shared = [1, 2, 3]
-    first, _ = _wire.pickle_graph([shared, shared], wire, ())
-    again, _ = _wire.pickle_graph([shared, shared], wire, ())
+    first, _ = transport.pickle_graph([shared, shared], wire, ())
+    again, _ = transport.pickle_graph([shared, shared], wire, ())
     assert bytes(first) == bytes(again)  # nothing memoized from the first one
     with pytest.raises(TypeError):
-        _wire.pickle_graph([shared, threading.Lock()], wire, ())
-    after, _ = _wire.pickle_graph([shared, shared], wire, ())
+        transport.pickle_graph([shared, threading.Lock()], wire, ())
+    after, _ = transport.pickle_graph([shared, shared], wire, ())
     assert bytes(after) == bytes(first)  # a failed pickling leaves nothing behind
-    nested, _ = _wire.pickle_graph([shared, _SendsWhilePickled({"x": shared}), shared], wire, ())
+    nested, _ = transport.pickle_graph([shared, _SendsWhilePickled({"x": shared}), shared], wire, ())
     assert pickle.loads(nested) == [shared, {"x": shared}, shared]
     big = ["y" * 100_000 for _ in range(30)]  # written in several pieces
-    graph, _ = _wire.pickle_graph(big, wire, ())
+    graph, _ = transport.pickle_graph(big, wire, ())
     assert pickle.loads(graph) == big
     array = np.arange(1_000_000)
     sent = weakref.ref(array)
-    graph, buffers = _wire.pickle_graph(array, wire, ())
+    graph, buffers = transport.pickle_graph(array, wire, ())
     assert len(buffers) == 1
     del array, graph, buffers
     gc.collect()
@@ -251,13 +251,13 @@ def test_each_pickling_of_a_thread_stands_alone():
     gc.disable()  # a failed pickler is freed at once, without the collector
     try:
         with pytest.raises(TypeError):
-            _wire.pickle_graph([array, threading.Lock()], wire, ())
+            transport.pickle_graph([array, threading.Lock()], wire, ())
         del array
         assert sent() is None
     finally:
         gc.enable()
     payload = bytearray(b"A" * 100_000)  # handed to the file as the object itself
-    graph, _ = _wire.pickle_graph([payload, _Clears(payload)], wire, ())
+    graph, _ = transport.pickle_graph([payload, _Clears(payload)], wire, ())
     assert pickle.loads(graph)[0] == b"A" * 100_000  # as written, before the reducer changed it
 
 
@@ -269,7 +269,7 @@ def test_lambda_and_closure_travel():
 
 
 def test_plain_pickler_option_refuses_lambdas_but_sends_arrays():
-    reader, writer = bmp.Pipe(options=_wire.wire_options(pickler="pickle"))
+    reader, writer = bmp.Pipe(options=transport.wire_options(pickler="pickle"))
     with pytest.raises((pickle.PicklingError, AttributeError)):
         writer.send(lambda: 1)
     array = np.arange(500_000)

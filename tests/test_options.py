@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import blpickle
-from blpickle.chunks import compress_chunk
+from blpickle.engine.chunks import compress_chunk
+from blpickle.engine.policy import blosc2_cparams
 from blpickle.options import PRESETS, Options, resolve_options
-from blpickle.policy import blosc2_cparams
 
 
 def test_defaults_round_trip_through_json():

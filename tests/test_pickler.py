@@ -17,11 +17,11 @@ import pytest
 from conftest import NonSeekable, assert_same_array, roundtrip
 
 import blpickle
-import blpickle.files
-import blpickle.policy
-import blpickle.writer
-from blpickle.reader import RecordReader
-from blpickle.sources import MemorySource
+import blpickle.engine.policy
+import blpickle.engine.writer
+import blpickle.io.files
+from blpickle.engine.reader import RecordReader
+from blpickle.io.sources import MemorySource
 
 DTYPES = [
     "?",
@@ -257,14 +257,14 @@ class _CountsCompressedChunks:
 def test_the_pickle_stream_is_compressed_in_chunks_while_it_is_written(monkeypatch):
     graph = [(i, str(i), float(i)) for i in range(100_000)]  # a pickle of ~1.6 MB
     calls: list[int] = []
-    compress = blpickle.writer.compress_chunk
-    monkeypatch.setattr(blpickle.writer, "compress_chunk", lambda *args: calls.append(1) or compress(*args))
+    compress = blpickle.engine.writer.compress_chunk
+    monkeypatch.setattr(blpickle.engine.writer, "compress_chunk", lambda *args: calls.append(1) or compress(*args))
     last = _CountsCompressedChunks(calls)
     data = blpickle.dumps([graph, last], nthreads=1)
     assert last.seen >= 5  # the chunks before it were compressed already
     header = RecordReader(MemorySource(data), nthreads=1).header
     stream = header.streams[0]
-    assert (stream.chunk_size, stream.codec) == (blpickle.policy.GRAPH_CHUNK_SIZE, "zstd")
+    assert (stream.chunk_size, stream.codec) == (blpickle.engine.policy.GRAPH_CHUNK_SIZE, "zstd")
     assert stream.nchunks == len(calls) >= 6
     for nthreads in (1, 2):
         assert blpickle.loads(blpickle.dumps(graph, nthreads=nthreads), nthreads=nthreads) == graph
@@ -438,12 +438,12 @@ def test_dump_to_a_path_is_atomic(tmp_file):
     assert os.stat(tmp_file).st_mode & 0o777 == 0o640
 
 
-@pytest.mark.skipif(blpickle.files._sync_file_range is None, reason="sync_file_range is Linux's")
+@pytest.mark.skipif(blpickle.io.files._sync_file_range is None, reason="sync_file_range is Linux's")
 def test_dump_to_a_path_starts_writing_out_as_it_goes(tmp_path, monkeypatch):
     calls = []
-    sync = blpickle.files._sync_file_range
-    monkeypatch.setattr(blpickle.files, "WRITEBACK_STEP", 1 << 20)
-    monkeypatch.setattr(blpickle.files, "_sync_file_range", lambda *args: calls.append(args[1:]) or sync(*args))
+    sync = blpickle.io.files._sync_file_range
+    monkeypatch.setattr(blpickle.io.files, "WRITEBACK_STEP", 1 << 20)
+    monkeypatch.setattr(blpickle.io.files, "_sync_file_range", lambda *args: calls.append(args[1:]) or sync(*args))
     array = np.random.default_rng(0).random(1_000_000)  # 8 MB that do not compress
     blpickle.dump(array, tmp_path / "x.blp", chunk_size=1 << 20)
     assert_same_array(array, blpickle.load(tmp_path / "x.blp"))
@@ -794,8 +794,8 @@ def _pickled_to(size: int) -> dict:
 @pytest.mark.parametrize(
     ("size", "options"),
     [
-        (blpickle.policy.GRAPH_CHUNK_SIZE, {}),
-        (2 * blpickle.policy.GRAPH_CHUNK_SIZE, {}),
+        (blpickle.engine.policy.GRAPH_CHUNK_SIZE, {}),
+        (2 * blpickle.engine.policy.GRAPH_CHUNK_SIZE, {}),
         (2 * 4096, {"chunk_size": 4096}),
         (3 * 4096, {"chunk_size": 4096, "codec": "lz4"}),
     ],

@@ -14,7 +14,7 @@ from test_safe import CALLS, SideEffect
 
 import blpickle
 from blpickle import format as fmt
-from blpickle.names import MAX_DEPTH
+from blpickle.engine.names import MAX_DEPTH
 
 GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
 
@@ -96,14 +96,20 @@ def test_open_describes_every_array_by_name_without_unpickling(record):
         assert CALLS == []
 
 
-def test_array_reads_only_the_header_trailer_and_its_own_frames(record):
+def test_array_reads_its_own_chunks_and_the_heads_of_those_before(record):
     file = Counting(record)
     with blpickle.open(file) as rec:
         opened = file.bytes_read()
         assert opened <= 2 * 65536  # its first and last 64 KiB: the header and the trailer
         info = rec.arrays[rec.names.index("[7]")]
+        streams = rec.header.streams[: info.position + 2]
+        # each chunk up to the array's last: its size field (and a compressed one's Blosc2 sizes)
+        heads = sum(s.nchunks * (8 + (0 if s.raw else 16)) for s in streams)
         before = file.bytes_read()
         rec["[7]"]
+        assert file.bytes_read() - before == info.stored + 16 * info.nchunks + heads
+        before = file.bytes_read()
+        rec["[7]"]  # the heads are checked once
         assert file.bytes_read() - before == info.stored + 16 * info.nchunks
 
 
@@ -204,8 +210,8 @@ def test_records_of_format_1_0_open(name):
 def test_damaged_frames_raise_naming_the_frame_and_leave_the_rest_readable(record):
     with blpickle.open(record) as rec:
         target = rec.names.index("model.coef_")
-        frame = rec._first_frame[target + 1] + 1
-        offset = rec._index.offsets[frame] + 8 + 40  # inside the chunk
+        frame = rec._index.first[target + 1] + 1
+        offset = rec._index.chunks.offsets[frame] + 8 + 40  # inside the chunk
     damaged = bytearray(record)
     damaged[offset] ^= 0xFF
     with blpickle.open(bytes(damaged)) as rec:
@@ -219,7 +225,7 @@ def test_damaged_frames_raise_naming_the_frame_and_leave_the_rest_readable(recor
 
 def test_a_frame_that_disagrees_with_the_trailer_is_corrupt(record):
     with blpickle.open(record) as rec:
-        offset = rec._index.offsets[rec._first_frame[1]]
+        offset = rec._index.chunks.offsets[rec._index.first[1]]
     damaged = bytearray(record)
     damaged[offset] ^= 0x01  # the csize field of buffer 0's first frame
     with blpickle.open(bytes(damaged)) as rec, pytest.raises(blpickle.CorruptError, match="chunk 0 of buffer 0"):
@@ -342,10 +348,12 @@ def test_lazy_rows_read_only_the_chunks_that_hold_them(record):
         row = 800
         assert info.chunk_size % row == 0 and info.nchunks >= 4
         per_chunk = info.chunk_size // row
+        rec.lazy("model.coef_")[0]  # the heads of the chunks up to chunk 1 are checked
         before = file.bytes_read()
         rows = lazy[per_chunk + 1 : 2 * per_chunk - 1]  # inside chunk 1
-        first = rec._first_frame[info.position + 1]
-        assert file.bytes_read() - before == rec._index.csizes[first + 1] + 16
+        first = rec._index.first[info.position + 1]
+        heads = 8 + 16  # chunk 1's size field and Blosc2 sizes, checked before it is read
+        assert file.bytes_read() - before == rec._index.chunks.csizes[first + 1] + 16 + heads
         assert np.array_equal(rows, Model().coef_[per_chunk + 1 : 2 * per_chunk - 1])
         assert np.array_equal(np.asarray(lazy), Model().coef_)
         assert_same_array(_object()["layers"][1], np.asarray(rec.lazy("layers[1]")))  # Fortran order
@@ -361,7 +369,7 @@ def test_header_keys_are_validated():
     for key, value in (("order", "X"), ("name", 3)):
         info = {"nbytes": 8, "chunk_size": 8, "itemsize": 1, "raw": False, key: value}
         with pytest.raises(blpickle.CorruptError, match=key):
-            fmt._decode_stream(info, 1)
+            fmt.header._decode_stream(info, 1)
 
 
 def test_a_forged_size_is_refused_before_anything_is_allocated():

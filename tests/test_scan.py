@@ -1,4 +1,4 @@
-"""blpickle.scan: the globals a pickle would import, read in pieces with bounded state."""
+"""blpickle.format.scan: the globals a pickle would import, read in pieces with bounded state."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from bombs import peak_allocated
 
 import blpickle
-from blpickle import scan
-from blpickle.scan import COMPUTED, scan_globals
+from blpickle.format import scan
+from blpickle.format.scan import COMPUTED, scan_globals
 
 
 def _found_by_the_unpickler(data: bytes) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import pytest
 from bombs import peak_allocated
 
 import blpickle
-from blpickle.reader import RecordReader
+from blpickle.engine.reader import RecordReader
 
 KEY = b"k" * 32
 NOISE = np.frombuffer(np.random.default_rng(0).bytes(32 << 20), np.uint8)  # 32 MiB that do not compress

@@ -10,7 +10,7 @@ import pytest
 
 import blpickle
 from blpickle.errors import TruncatedError
-from blpickle.sources import LATER_READ_SIZE, FileSource, MemorySource, PendingRead
+from blpickle.io.sources import LATER_READ_SIZE, FileSource, MemorySource, PendingRead
 
 
 def test_a_later_read_gives_the_bytes_and_moves_past_them(tmp_path):

@@ -7,9 +7,6 @@ nothing registers itself on import: ``blpickle.integrations.joblib.register()`` 
 
 from __future__ import annotations
 
-__all__ = ["JOBLIB_MAGIC"]
+from ..format import JOBLIB_MAGIC
 
-#: The first 8 bytes of a stream written by the ``"blosc"`` joblib compressor
-#: (`blpickle.integrations.joblib`), here so that the command line can recognise such
-#: files without importing joblib.
-JOBLIB_MAGIC = b"\xb2BLJB\r\n\x1a"
+__all__ = ["JOBLIB_MAGIC"]

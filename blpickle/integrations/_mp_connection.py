@@ -23,8 +23,8 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from ..errors import CorruptError
-from . import _wire
-from ._wire import WireOptions
+from . import transport
+from .transport import WireOptions
 
 __all__ = ["DESC", "HEAD", "MAGIC", "Connection", "Message", "Pipe", "dispatch_tables", "make_pipe"]
 
@@ -53,7 +53,7 @@ def _forking_reducers() -> dict[Any, Any]:
     return {cls: reducer for cls, reducer in table.items() if copyreg.dispatch_table.get(cls) is not reducer}
 
 
-def dispatch_tables() -> _wire.Tables:
+def dispatch_tables() -> transport.Tables:
     """The reducers of a message: copyreg's (as they are now) and multiprocessing's."""
     return (copyreg.dispatch_table, _forking_reducers())
 
@@ -64,7 +64,7 @@ class Message:
 
     __slots__ = ("buffers", "first")
 
-    def __init__(self, first: Any, buffers: list[_wire.Buffer]) -> None:
+    def __init__(self, first: Any, buffers: list[transport.Buffer]) -> None:
         self.first = first
         self.buffers = buffers
 
@@ -96,7 +96,7 @@ def _read_exact(fd: int, view: memoryview) -> None:
 
 
 class _PipeFrames:
-    """The `_wire.Frames` that follow a message's first part on a pipe, read as needed:
+    """The `transport.Frames` that follow a message's first part on a pipe, read as needed:
     raw buffers straight into the memory of their arrays."""
 
     def __init__(self, fd: int) -> None:
@@ -163,12 +163,12 @@ class Connection(_connection.Connection):
     def _encode(self, obj: Any) -> Message:
         """Pickle ``obj`` and decide how each buffer travels; nothing is written yet, so a
         pickling error leaves the connection usable."""
-        graph, buffers = _wire.pickle_graph(obj, self._wire, dispatch_tables(), main_by_value=self._main_by_value)
+        graph, buffers = transport.pickle_graph(obj, self._wire, dispatch_tables(), main_by_value=self._main_by_value)
         if not buffers:
             return Message(graph, buffers)
-        _wire.plan_buffers(buffers, self._wire)
+        transport.plan_buffers(buffers, self._wire)
         head = [HEAD.pack(MAGIC, _VERSION, 0, 0, len(buffers))]
-        head.extend(DESC.pack(nbytes, chunk_size) for nbytes, chunk_size in _wire.layout(buffers))
+        head.extend(DESC.pack(nbytes, chunk_size) for nbytes, chunk_size in transport.layout(buffers))
         return Message(b"".join([*head, graph]), buffers)
 
     def _transmit(self, message: Message) -> None:
@@ -180,7 +180,7 @@ class Connection(_connection.Connection):
             if not buffer.chunk_size:
                 _write_all(fd, [buffer.view])
                 continue
-            for packed in _wire.compressed_chunks(buffer, self._wire.options.threads):
+            for packed in transport.compressed_chunks(buffer, self._wire.options.threads):
                 _write_all(fd, [_CHUNK.pack(len(packed)), packed])
 
     def _decode(self, first: bytes) -> Any:
@@ -199,8 +199,8 @@ class Connection(_connection.Connection):
         if graph_start > len(first):
             raise CorruptError(f"a message announces {count} buffers in {len(first)} bytes")
         layout = [DESC.unpack_from(first, HEAD.size + index * DESC.size) for index in range(count)]
-        buffers = _wire.receive_buffers(layout, _PipeFrames(self.fileno()), self._wire.options.threads)
-        return _wire.unpickle_graph(memoryview(first)[graph_start:], buffers)
+        buffers = transport.receive_buffers(layout, _PipeFrames(self.fileno()), self._wire.options.threads)
+        return transport.unpickle_graph(memoryview(first)[graph_start:], buffers)
 
     def __reduce__(self) -> Any:
         """Pickled for a child process (with multiprocessing's pickler, as a process argument or

@@ -41,8 +41,8 @@ from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPlugin
 from distributed.protocol.serialize import register_serialization_family
 
 from ..errors import CorruptError
-from . import _wire
-from ._wire import WireOptions, wire_options
+from . import transport
+from .transport import WireOptions, wire_options
 
 __all__ = [
     "DESERIALIZERS",
@@ -86,10 +86,10 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
     """
     wire = _WIRE
     try:
-        graph, buffers = _wire.pickle_graph(obj, wire, (copyreg.dispatch_table,), main_by_value=True)
+        graph, buffers = transport.pickle_graph(obj, wire, (copyreg.dispatch_table,), main_by_value=True)
     except Exception as exc:
         raise NotImplementedError(f"blpickle cannot pickle {type(obj).__name__}: {exc}") from exc
-    _wire.plan_buffers(buffers, wire)
+    transport.plan_buffers(buffers, wire)
     # The graph is not in a ``bytes`` object: dask's TCP comm reads whatever follows the first
     # frame outside one into separate memory (aligned), and the raw buffers come after it.
     frames: list[Any] = [memoryview(bytearray(graph))]
@@ -99,10 +99,10 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
             frames.append(buffer.view)
             compression.append(False)
             continue
-        chunks = list(_wire.compressed_chunks(buffer, wire.options.threads))
+        chunks = list(transport.compressed_chunks(buffer, wire.options.threads))
         frames.extend(chunks)
         compression.extend([False] * len(chunks))
-    header = {"blpickle": [_VERSION, _wire.layout(buffers)], "compression": tuple(compression)}
+    header = {"blpickle": [_VERSION, transport.layout(buffers)], "compression": tuple(compression)}
     return header, frames
 
 
@@ -123,8 +123,8 @@ def deserialize(header: dict, frames: list) -> Any:
         )
     if not frames:
         raise CorruptError("a dask message without frames")
-    received = _wire.FrameSequence(frames[1:], "a dask message")
-    return _wire.unpickle_graph(frames[0], _wire.receive_buffers(layout, received, _WIRE.options.threads))
+    received = transport.FrameSequence(frames[1:], "a dask message")
+    return transport.unpickle_graph(frames[0], transport.receive_buffers(layout, received, _WIRE.options.threads))
 
 
 def register() -> None:

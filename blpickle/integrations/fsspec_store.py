@@ -25,11 +25,11 @@ from typing import Any
 import joblib
 
 from ..errors import LoadError, OptionsError
+from ..io.remote import filesystem
 from ..options import Options, resolve_options
 from ..pickler import dump
-from ..remote import filesystem
 from ..unpickler import load
-from .joblib_store import CorruptItemError, FileSystemStoreBackend, warning_on_failure
+from .joblib.store import CorruptItemError, FileSystemStoreBackend, warning_on_failure
 
 __all__ = ["BACKEND_NAME", "FsspecStoreBackend", "register"]
 

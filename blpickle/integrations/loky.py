@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptError
-from . import _host_internals, _wire
-from ._wire import WireOptions, wire_options
+from . import _host_internals, transport
+from .transport import WireOptions, wire_options
 
 __all__ = ["ENV_OPTIONS", "NAME", "Pickler", "configure", "disable", "enable"]
 
@@ -113,14 +113,14 @@ def disable() -> None:
 # --- the pickler -----------------------------------------------------------------------------
 
 
-def _joblib_aware(table: Mapping[Any, Any]) -> Callable[[_wire.ArrayReducer], _wire.ArrayReducer]:
+def _joblib_aware(table: Mapping[Any, Any]) -> Callable[[transport.ArrayReducer], transport.ArrayReducer]:
     """Return what makes the array reducer of a pickling from blpickle's: joblib's array
     reducer in ``table``, if any, keeps the arrays joblib memory-maps and leaves blpickle the
     others; any other reducer of the table is respected as it is."""
     reducer: Any = table.get(np.ndarray)
     joblib = _host_internals.joblib_memmapping()
 
-    def wrap(ours: _wire.ArrayReducer) -> _wire.ArrayReducer:
+    def wrap(ours: transport.ArrayReducer) -> transport.ArrayReducer:
         if reducer is None:
             return ours
         if joblib is None:
@@ -170,12 +170,14 @@ class Pickler(pickle.Pickler):
         table = getattr(self, "dispatch_table", None)
         if table is None:
             table = copyreg.dispatch_table
-        graph, buffers = _wire.pickle_graph(obj, wire, (table,), main_by_value=True, wrap_arrays=_joblib_aware(table))
+        graph, buffers = transport.pickle_graph(
+            obj, wire, (table,), main_by_value=True, wrap_arrays=_joblib_aware(table)
+        )
         try:
             if not buffers:
                 self._bl_file.write(graph)
                 return
-            _wire.plan_buffers(buffers, wire)
+            transport.plan_buffers(buffers, wire)
             _write_envelope(self._bl_file, graph, buffers, wire)
         finally:
             graph.release()
@@ -202,7 +204,7 @@ def _short_unicode(text: str) -> bytes:
 _OPENER = _short_unicode(__name__) + _short_unicode("_open") + _STACK_GLOBAL
 
 
-def _write_envelope(file: Any, graph: memoryview, buffers: list[_wire.Buffer], wire: WireOptions) -> None:
+def _write_envelope(file: Any, graph: memoryview, buffers: list[transport.Buffer], wire: WireOptions) -> None:
     head = _HEAD.pack(_VERSION, len(buffers)) + b"".join(_DESC.pack(b.nbytes, b.chunk_size) for b in buffers)
     write = file.write
     write(_PROTO + _OPENER + _MARK + _BINBYTES8 + _U64.pack(len(head)) + head + _BINBYTES8 + _U64.pack(graph.nbytes))
@@ -212,7 +214,7 @@ def _write_envelope(file: Any, graph: memoryview, buffers: list[_wire.Buffer], w
             write(_BYTEARRAY8 + _U64.pack(buffer.nbytes))  # arrives as a writable bytearray
             write(buffer.view)
             continue
-        for packed in _wire.compressed_chunks(buffer, wire.options.threads):
+        for packed in transport.compressed_chunks(buffer, wire.options.threads):
             write(_BINBYTES8 + _U64.pack(len(packed)))
             write(packed)
     write(_TUPLE + _REDUCE + _STOP)
@@ -228,5 +230,5 @@ def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
     if len(head) != _HEAD.size + count * _DESC.size:
         raise CorruptError("a loky message with a damaged head")
     layout = [_DESC.unpack_from(head, _HEAD.size + index * _DESC.size) for index in range(count)]
-    frames_in = _wire.FrameSequence(frames, "a loky message")
-    return _wire.unpickle_graph(graph, _wire.receive_buffers(layout, frames_in, _WIRE.options.threads))
+    frames_in = transport.FrameSequence(frames, "a loky message")
+    return transport.unpickle_graph(graph, transport.receive_buffers(layout, frames_in, _WIRE.options.threads))

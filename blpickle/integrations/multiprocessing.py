@@ -46,9 +46,9 @@ from multiprocessing import context as _context
 from multiprocessing import queues as _queues
 from typing import Any
 
-from . import _host_internals, _wire
+from . import _host_internals, transport
 from ._mp_connection import MAGIC, Connection, Pipe, dispatch_tables, make_pipe
-from ._wire import WireOptions, wire_options
+from .transport import WireOptions, wire_options
 
 __all__ = [
     "BlpickleContext",
@@ -238,7 +238,7 @@ class _CloudTarget:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         call = (state.pop("_target", None), state.pop("_args", ()), state.pop("_kwargs", {}))
-        state["_blpickle_call"] = bytes(_wire.cloudpickle_in_band(call, dispatch_tables()))
+        state["_blpickle_call"] = bytes(transport.cloudpickle_in_band(call, dispatch_tables()))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import CorruptError
-from ..sources import FileSource
+from ..io.sources import FileSource
 
 __all__ = ["PickleInput"]
 

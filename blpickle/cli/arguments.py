@@ -7,10 +7,10 @@ import argparse
 import os
 from typing import Any
 
-from ._cli_formats import FORMATS, ConversionError, UsageError, path_kind, sniff
-from .errors import BlpickleError
-from .options import PRESETS, Options
-from .remote import is_url
+from ..errors import BlpickleError
+from ..io.remote import is_url
+from ..options import PRESETS, Options
+from .formats import FORMATS, ConversionError, UsageError, path_kind, sniff
 
 __all__ = [
     "add_codec_options",

@@ -17,7 +17,7 @@ What is not known is never guessed: a ``STACK_GLOBAL`` whose operands are not bo
 strings is reported as ``<computed>``. Every name that is known is reported, until the
 names take ``MAX_GLOBALS_BYTES`` (then `LimitError`).
 
-A record's pickle stream (protocol 4 and up) is read along its `blpickle.layout.Layout`,
+A record's pickle stream (protocol 4 and up) is read along its `blpickle.format.layout.Layout`,
 the parser the loader follows too: the opcodes outside the frames are the layout's tokens,
 spliced payloads are not in the stream (their values are unknown), and an opcode may not
 run past the end of its frame.
@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .errors import CorruptError, LimitError
+from ..errors import CorruptError, LimitError
 from .layout import ARGUMENT, COUNT_WIDTHS, DATA, END, FRAME, OPCODE, SPLICE, Layout
 
 __all__ = ["MAX_GLOBALS_BYTES", "MAX_MEMO_BYTES", "MAX_MEMO_INDICES", "MAX_NAME", "MAX_STACK", "scan_globals"]

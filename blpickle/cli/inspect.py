@@ -8,10 +8,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from . import format as fmt
-from ._cli_formats import Detected, file_size, sniff
-from ._cli_options import add_command, add_key_options, check_input, read_key
-from ._cli_output import (
+from .. import format as fmt
+from ..errors import LoadError, SignatureError, add_note
+from ..info import RecordInfo, inspect
+from ..io.files import open_input
+from .arguments import add_command, add_key_options, check_input, read_key
+from .formats import Detected, file_size, sniff
+from .output import (
     EXIT_FAILED,
     EXIT_OK,
     binary_size,
@@ -22,9 +25,6 @@ from ._cli_output import (
     print_json,
     warn,
 )
-from .errors import LoadError, SignatureError, add_note
-from .files import open_input
-from .info import RecordInfo, inspect
 
 __all__ = ["add_commands", "read_records"]
 

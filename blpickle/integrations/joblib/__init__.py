@@ -5,10 +5,10 @@
 - the compressor ``"blosc"``: ``joblib.dump(obj, f, compress="blosc")`` or
   ``compress=("blosc", level)``, files named ``*.blosc``, ``joblib.Memory(..., compress="blosc")``;
   ``joblib.load`` recognises the files by their first byte. The stream is written and read by
-  `blpickle.integrations.joblib_stream.BloscFile` (format: ``docs/format.md``).
+  `blpickle.engine.joblib_stream.BloscFile` (format: ``docs/format.md``).
 - the store backend ``"blpickle"``: ``joblib.Memory(location, backend="blpickle")`` writes cached
   results with `blpickle.dump` and reads them with `blpickle.load`
-  (`blpickle.integrations.joblib_store.BlpickleStoreBackend`).
+  (`blpickle.integrations.joblib.store.BlpickleStoreBackend`).
 
 The compressor must be registered in every process that writes or loads such files. In worker
 processes, pass ``compress=blpickle.integrations.joblib.BLOSC`` (a ``"blosc"`` string that
@@ -23,9 +23,9 @@ from typing import Any
 import joblib
 from joblib.compressor import CompressorWrapper
 
-from ..options import Options, resolve_options
-from .joblib_store import BlpickleStoreBackend, CorruptItemError, options_for_compress
-from .joblib_stream import MAGIC, STREAM_OPTIONS, BloscFile
+from ...engine.joblib_stream import MAGIC, STREAM_OPTIONS, BloscFile
+from ...options import Options, resolve_options
+from .store import BlpickleStoreBackend, CorruptItemError, options_for_compress
 
 __all__ = [
     "BLOSC",

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import rebuild_view, view_extent
+from ..arrays import rebuild_view, view_extent
 
 __all__ = ["Aliases"]
 

@@ -2,7 +2,7 @@
 
 Data flows one way: the pickler hands over a `Pickled` (its pickle stream, compressing
 already if it is big, and its out-of-band buffers); `write_pickled` plans every stream
-(`blpickle.policy`), encodes the header once with its codecs, then writes the frames and the
+(`blpickle.engine.policy`), encodes the header once with its codecs, then writes the frames and the
 trailer. (A small pickle with no out-of-band buffer is a compact record instead, written by
 the pickler with `blpickle.format.encode_compact`.)
 """
@@ -15,14 +15,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, BinaryIO
 
-import numpy as np
-
-from . import format as fmt
+from .. import format as fmt
+from ..errors import DumpError
+from ..format.dtypes import dtype_text
+from ..options import Options
 from .buffers import Payload
 from .chunks import compress_chunk
-from .errors import DumpError
 from .frame_hash import FrameHash
-from .options import Options
 from .policy import ChunkPlan, plan_buffer, plan_pickle
 from .pool import map_ordered, shared_pool
 
@@ -38,7 +37,7 @@ class PackedStream:
     pickle overlaps pickling the rest of it.
 
     Attributes:
-        plan: how its chunks are compressed (`blpickle.policy.plan_graph`).
+        plan: how its chunks are compressed (`blpickle.engine.policy.plan_graph`).
         nbytes: bytes added so far.
     """
 
@@ -127,7 +126,7 @@ class CountingWriter:
 
 
 def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes | None = None) -> None:
-    """Write ``pickled`` as one full record, with every stream planned by `blpickle.policy`
+    """Write ``pickled`` as one full record, with every stream planned by `blpickle.engine.policy`
     before the header is encoded (a compact record needs none of this: see
     `blpickle.format.encode_compact`).
 
@@ -163,7 +162,7 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
                 chunk_size=plan.chunk_size,
                 itemsize=payload.itemsize,
                 raw=plan.raw,
-                dtype=None if payload.dtype is None else _dtype_name(payload.dtype),
+                dtype=None if payload.dtype is None else dtype_text(payload.dtype),
                 shape=payload.shape,
                 splice=splice,
                 codec=plan.codec,
@@ -184,19 +183,6 @@ def _chunk_multiple(payload: Payload, options: Options) -> int:
         return payload.chunk_multiple
     row = payload.nbytes // shape[0]
     return row if 0 < row <= options.chunk_size else payload.chunk_multiple
-
-
-_DTYPE_NAMES: dict[np.dtype, str] = {}
-
-
-def _dtype_name(dtype: np.dtype) -> str:
-    """``str(dtype)``, remembered: slow for structured dtypes, and many arrays share one."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        if len(_DTYPE_NAMES) > 256:
-            _DTYPE_NAMES.clear()
-        name = _DTYPE_NAMES[dtype] = str(dtype)
-    return name
 
 
 Frame = tuple[int, int, int, "bytes | None"]  # offset, stored size, checksum, digest

@@ -12,8 +12,8 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from . import format as fmt
-from .errors import TruncatedError
+from .. import format as fmt
+from ..errors import TruncatedError
 
 __all__ = [
     "FileSource",

@@ -17,15 +17,15 @@ from typing import Any, BinaryIO, Literal
 import numpy as np
 from joblib.logger import format_time
 
-from .. import format as fmt
-from ..arrays import rebuild_ndarray
-from ..errors import BlpickleWarning, LoadError, OptionsError
-from ..options import Options, resolve_options
-from ..pickler import dump as blpickle_dump
-from ..unpickler import Unpickler
-from ..unpickler import load as blpickle_load
-from ..unpickler import loads as blpickle_loads
-from ._host_internals import joblib_store_classes
+from ... import format as fmt
+from ...arrays import rebuild_ndarray
+from ...errors import BlpickleWarning, LoadError, OptionsError
+from ...options import Options, resolve_options
+from ...pickler import dump as blpickle_dump
+from ...unpickler import Unpickler
+from ...unpickler import load as blpickle_load
+from ...unpickler import loads as blpickle_loads
+from .._host_internals import joblib_store_classes
 
 __all__ = ["BlpickleStoreBackend", "CorruptItemError", "options_for_compress", "warning_on_failure"]
 

@@ -23,13 +23,12 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.lib.format as npy_format
 
-from . import format as fmt
-from .files import atomic_write, open_input
-from .info import pickle_globals
-from .integrations import JOBLIB_MAGIC
-from .pickler import dump as blpickle_dump
-from .remote import filesystem, is_url, writing
-from .unpickler import load as blpickle_load
+from .. import format as fmt
+from ..info import pickle_globals
+from ..io.files import atomic_write, open_input
+from ..io.remote import filesystem, is_url, writing
+from ..pickler import dump as blpickle_dump
+from ..unpickler import load as blpickle_load
 
 __all__ = [
     "EXTENSIONS",
@@ -148,7 +147,7 @@ def sniff(path: str) -> Detected:
     magic = fmt.MAGIC
     if head.startswith(magic) or (len(head) < len(magic) and magic.startswith(head)):
         return Detected("blpickle", "a blpickle record")
-    if head[:1] == JOBLIB_MAGIC[:1]:
+    if head[:1] == fmt.JOBLIB_MAGIC[:1]:
         description = "a joblib file compressed with 'blosc' (blpickle's joblib compressor)"
         if importlib.util.find_spec("joblib") is None:
             description += "; reading it needs joblib: pip install joblib"
@@ -268,7 +267,7 @@ def _need_joblib() -> Any:
         import joblib
     except ImportError:
         raise ConversionError("joblib files need joblib, which is not installed: pip install joblib") from None
-    from .integrations.joblib import register
+    from ..integrations.joblib import register
 
     register()  # so that files compressed with "blosc" load
     return joblib

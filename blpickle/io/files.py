@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from .errors import BlpickleError, add_note
+from ..errors import BlpickleError, add_note
 from .remote import is_url, reading
 
 try:

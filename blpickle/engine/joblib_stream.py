@@ -1,9 +1,9 @@
 """The ``"blosc"`` stream of the joblib compressor: a byte stream cut into checksummed Blosc2 chunks.
 
 joblib hands a compressor an opaque byte stream (pickle opcodes, then each array's raw bytes).
-`BloscFile` cuts it into chunks, asks `blpickle.policy.plan_stream_chunk` how to compress each
+`BloscFile` cuts it into chunks, asks `blpickle.engine.policy.plan_stream_chunk` how to compress each
 one (element size and filters probed on a sample) and compresses and decompresses them with
-`blpickle.chunks` in the shared thread pool. The layout is specified in ``docs/format.md``
+`blpickle.engine.chunks` in the shared thread pool. The layout is specified in ``docs/format.md``
 ("The joblib "blosc" stream"). This module does not import joblib.
 """
 
@@ -20,7 +20,6 @@ from typing import Any, BinaryIO, cast
 import numpy as np
 
 from .. import format as fmt
-from ..chunks import compress_chunk, unpack_chunk
 from ..errors import (
     BadMagicError,
     ChecksumError,
@@ -30,17 +29,17 @@ from ..errors import (
     OptionsError,
     UnsupportedVersionError,
 )
+from ..io.sources import FileSource
 from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options
-from ..policy import plan_stream_chunk
-from ..pool import map_ordered, shared_pool
-from ..sources import FileSource
-from ..writer import CountingWriter
-from . import JOBLIB_MAGIC
+from .chunks import compress_chunk, unpack_chunk
+from .policy import plan_stream_chunk
+from .pool import map_ordered, shared_pool
+from .writer import CountingWriter
 
 __all__ = ["END", "FRAME", "HEADER", "MAGIC", "STREAM_OPTIONS", "BloscFile", "StreamMagicError"]
 
 #: The first 8 bytes of a stream.
-MAGIC = JOBLIB_MAGIC
+MAGIC = fmt.JOBLIB_MAGIC
 VERSION_MAJOR = 1
 VERSION_MINOR = 0
 HEADER = struct.Struct("<8sBBHI")  # magic, major, minor, flags, chunk size (then its u64 checksum)
@@ -51,7 +50,7 @@ END = struct.Struct("<QQ")  # number of frames, total decompressed size (then it
 CHUNK_MULTIPLE = 64
 STREAM_OPTIONS = Options()
 """The default options: blpickle's (codec "auto", shuffle, 4 MiB chunks)."""
-#: ``count`` for `blpickle.pool.map_ordered`: the number of frames is not known ahead.
+#: ``count`` for `blpickle.engine.pool.map_ordered`: the number of frames is not known ahead.
 _UNKNOWN_COUNT = 1 << 62
 _WRITE, _READ = "wb", "rb"
 #: Chunk buffers kept for reuse (already paged in), in each direction.

@@ -1,5 +1,5 @@
 """Random access to the bytes of one record, for `blpickle.open`: a file on disk, a seekable
-file object, a bytes-like object or a URL (through fsspec: `blpickle.remote`).
+file object, a bytes-like object or a URL (through fsspec: `blpickle.io.remote`).
 
 Offsets are counted from the record's start, which is where the input stood when opened.
 """
@@ -12,10 +12,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from .errors import TruncatedError
+from ..errors import LoadError, TruncatedError
 from .remote import filesystem
 from .sources import plain_fileno
-from .unpickler import load, loads
 
 __all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges"]
 
@@ -58,8 +57,9 @@ class Ranges:
         """
         raise NotImplementedError
 
-    def load(self, **kwargs: Any) -> Any:
-        """Load the record's object with `blpickle.load` and ``kwargs``."""
+    def loadable(self) -> Any:
+        """Return what `blpickle.load` reads the record from: a file object standing at the
+        record, a URL, or (a record in memory) a memoryview for `blpickle.loads`."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -85,9 +85,8 @@ class MemoryRanges(Ranges):
         dst = dst.cast("B")
         dst[:] = self.read(offset, len(dst), what)
 
-    def load(self, **kwargs: Any) -> Any:
-        kwargs.pop("mmap_mode", None)
-        return loads(self._view, **kwargs)
+    def loadable(self) -> memoryview:
+        return self._view
 
 
 class FileRanges(Ranges):
@@ -134,9 +133,9 @@ class FileRanges(Ranges):
                 raise TruncatedError(what, offset, len(dst), done)
             done += count
 
-    def load(self, **kwargs: Any) -> Any:
+    def loadable(self) -> BinaryIO:
         self._file.seek(self._start)
-        return load(self._file, **kwargs)
+        return self._file
 
     def close(self) -> None:
         if self._owned:
@@ -152,14 +151,24 @@ def _seekable(file: Any) -> bool:
 
 class UrlRanges(Ranges):
     """A record at a URL (the whole object), read in byte ranges: a batch of frames at once
-    with ``cat_ranges``, which file systems such as s3fs fetch concurrently."""
+    with ``cat_ranges``, which file systems such as s3fs fetch concurrently.
+
+    Raises:
+        blpickle.LoadError: when the file system gives no size for the URL.
+    """
 
     batch = 16
 
     def __init__(self, url: str) -> None:
         self._url = url
         self._fs, self._path = filesystem(url)
-        self.size = self._fs.size(self._path)
+        size = self._fs.size(self._path)
+        if not isinstance(size, int):
+            raise LoadError(
+                f"the server gives no size for {url} (no Content-Length): blpickle.open reads byte "
+                "ranges and needs it; blpickle.load reads the record as a stream"
+            )
+        self.size = size
 
     def read(self, offset: int, size: int, what: str) -> Any:
         return self.read_many([(offset, size)], what)[0]
@@ -180,6 +189,5 @@ class UrlRanges(Ranges):
         dst = dst.cast("B")
         dst[:] = self.read(offset, len(dst), what)
 
-    def load(self, **kwargs: Any) -> Any:
-        kwargs.pop("mmap_mode", None)
-        return load(self._url, **kwargs)
+    def loadable(self) -> str:
+        return self._url

@@ -3,7 +3,7 @@
 Subcommands: ``info`` (what a file holds, without unpickling it), ``verify`` (every checksum,
 and the signature with a key), ``convert`` (between pickle, joblib, npy, npz and blpickle) and
 ``bench`` (dump/load speed and size against pickle and joblib), each in its own module
-(`blpickle._cli_inspect`, `_cli_convert`, `_cli_bench`) with its options and help; this one
+(`blpickle.cli.inspect`, `.convert`, `.bench`) with its options and help; this one
 builds the parser and runs the command.
 
 Exit status: 0 success; 1 the file is the problem (damaged, not a record, wrong key,
@@ -19,9 +19,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from . import __version__, _cli_bench, _cli_convert, _cli_inspect
-from ._cli_formats import ConversionError, UsageError
-from ._cli_output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, error
+from .. import __version__
+from . import bench, convert, inspect
+from .formats import ConversionError, UsageError
+from .output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, error
 
 __all__ = ["build_parser", "main"]
 
@@ -53,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
-    _cli_inspect.add_commands(commands)
-    _cli_convert.add_commands(commands)
-    _cli_bench.add_commands(commands)
+    inspect.add_commands(commands)
+    convert.add_commands(commands)
+    bench.add_commands(commands)
     return parser
 
 

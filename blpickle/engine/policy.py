@@ -5,7 +5,7 @@ buffers of a record (`plan_buffer`), its pickle stream (`plan_graph` as it is wr
 `plan_pickle` once it is whole; a small one is stored raw), the chunks of the
 joblib ``"blosc"`` stream (`pick_filters`), and buffers sent to another process, which
 travel raw when compressing them does not pay (`plan_transfer`). Each answer is a
-`ChunkPlan`; `blpickle.chunks` carries it out.
+`ChunkPlan`; `blpickle.engine.chunks` carries it out.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .buffers import spread_sample
 from .chunks import compress_chunk
 
 if TYPE_CHECKING:
-    from .options import Options
+    from ..options import Options
 
 __all__ = [
     "COMPACT_LIMIT",

@@ -1,7 +1,7 @@
 """Reading records: the header, then each stream in order, then the trailer.
 
 Frames are checked (checksum, then declared sizes) and decompressed in the shared pool
-(`blpickle.chunks`) while the calling thread reads the next ones; memory stays bounded
+(`blpickle.engine.chunks`) while the calling thread reads the next ones; memory stays bounded
 whatever the buffer sizes.
 """
 
@@ -15,14 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from . import format as fmt
+from .. import format as fmt
+from ..errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
+from ..format.trailer import check_footer, check_trailer_size, chunk_name, parse_index
+from ..io.sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 from .chunks import unpack_chunk
-from .errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
 from .frame_hash import FrameHash
 from .pool import map_ordered, shared_pool
-from .sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 
-__all__ = ["RecordReader", "byte_view"]
+__all__ = ["RecordReader", "allocate_stream", "byte_view"]
 
 
 class RecordReader:
@@ -61,6 +62,7 @@ class RecordReader:
             raise CorruptError("the preamble flags a compact record as signed: compact records are never signed")
         header_bytes, stored = self._read_head(preamble, header_size)
         self._head = preamble + header_bytes
+        self._data_start = len(self._head) + fmt.U64.size
         self._header_checksum = stored
         self._nthreads = nthreads
         self._key = key
@@ -161,7 +163,7 @@ class RecordReader:
         if number == 0:
             out, frames = self._read_graph(info)
         else:
-            out = _allocate(info.nbytes, number) if into is None else into
+            out = allocate_stream(info.nbytes, number) if into is None else into
             frames = self._read_frames(info, number, out)
         self._run(info, frames)
         return out
@@ -221,7 +223,7 @@ class RecordReader:
             while ahead and decompressed + ahead[0][3] <= stored * fmt.MAX_GRAPH_RATIO:
                 packed, checksum, seed, nbytes, _, what, offset = ahead.popleft()
                 if buffer is None:
-                    buffer = memoryview(_allocate(min(info.chunk_size, info.nbytes), number))
+                    buffer = memoryview(allocate_stream(min(info.chunk_size, info.nbytes), number))
                 unpack_chunk(packed, checksum, seed, nbytes, buffer[:nbytes], what, offset)
                 decompressed += nbytes
                 yield buffer[:nbytes]
@@ -245,7 +247,7 @@ class RecordReader:
 
     def buffers(self) -> Iterator[np.ndarray | memoryview]:
         """Yield the out-of-band buffers lazily, in order (splices are read by
-        `blpickle.layout.PickleFile` where the pickle reaches them)."""
+        `blpickle.engine.pickle_file.PickleFile` where the pickle reaches them)."""
         while (info := self.next_stream()) is not None:
             if info.splice is not None:
                 raise CorruptError(
@@ -268,18 +270,13 @@ class RecordReader:
         if self._compact_pickle is not None:
             return self.index
         source = self._source
+        end = source.pos
         size = fmt.U64.unpack(source.read(fmt.U64.size, "the trailer size"))[0]
-        if size > fmt.MAX_TRAILER_SIZE:
-            raise LimitError(f"trailer size {size} is over the limit of {fmt.MAX_TRAILER_SIZE} bytes")
+        check_trailer_size(size)
         offset = source.pos
         trailer = bytes(source.read(size, "the trailer"))
-        footer_size, stored, end_magic = fmt.FOOTER.unpack(source.read(fmt.FOOTER.size, "the footer"))
-        computed = fmt.checksum(trailer, self._header_checksum)
-        if stored != computed:
-            raise ChecksumError("the trailer", offset, stored, computed)
-        if footer_size != size or end_magic != fmt.END_MAGIC:
-            raise CorruptError(f"the footer at offset {source.pos - fmt.FOOTER.size} does not match the trailer")
-        index = fmt.FrameIndex.decode(trailer, len(self.index), authenticated=self._key is not None)
+        check_footer(trailer, source.read(fmt.FOOTER.size, "the footer"), self._header_checksum, offset)
+        index = parse_index(self.header, trailer, self._data_start, end, authenticated=self._key is not None).chunks
         if (index.offsets, index.csizes, index.checksums) != (
             self.index.offsets,
             self.index.csizes,
@@ -314,7 +311,17 @@ class RecordReader:
         trailer = bytes(source.read_at(start, size))
         if fmt.checksum(trailer, self._header_checksum) != stored:
             return None  # another record's footer (the checksum is seeded with our header's)
-        index = fmt.FrameIndex.decode(trailer, fmt.total_frames(self.header.streams))
+        try:
+            index = parse_index(self.header, trailer, self._data_start, start - fmt.U64.size).chunks
+        except CorruptError:
+            return None  # not this record's chunks: its own trailer is found by reading through
+        read = len(self.index)
+        if (index.offsets[:read], index.csizes[:read], index.checksums[:read]) != (
+            self.index.offsets,
+            self.index.csizes,
+            self.index.checksums,
+        ):
+            return None
         source.seek(end)
         return index
 
@@ -322,10 +329,6 @@ class RecordReader:
         number = self._next_stream
         self._next_stream += 1
         return number, self.header.streams[number]
-
-    def _frame_name(self, number: int, chunk: int) -> str:
-        stream = "the pickle stream" if number == 0 else f"buffer {number - 1}"
-        return f"chunk {chunk} of {stream}"
 
     def _run(self, info: fmt.StreamInfo, frames: Iterable[tuple]) -> None:
         """Check (and decompress) the frames of a compressed stream in the pool."""
@@ -349,7 +352,7 @@ class RecordReader:
         stored = sum(len(packed) for packed, *_ in frames)
         if info.nbytes > stored * fmt.MAX_GRAPH_RATIO:
             raise _ratio_error(info.nbytes, stored)
-        out = _allocate(info.nbytes, 0, allocate)
+        out = allocate_stream(info.nbytes, 0, allocate)
         view = memoryview(out).cast("B")
         spans = zip(frames, info.chunk_spans(), strict=True)
         return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in spans]
@@ -357,7 +360,7 @@ class RecordReader:
     def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray | memoryview | None) -> Iterator[tuple]:
         source = self._source
         for chunk, (start, stop) in enumerate(info.chunk_spans()):
-            what = self._frame_name(number, chunk)
+            what = chunk_name(number, chunk)
             offset = source.pos
             csize = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
             if not fmt.BLOSC2_MIN_CHUNK <= csize <= stop - start + fmt.BLOSC2_MAX_OVERHEAD:
@@ -389,7 +392,7 @@ class RecordReader:
         if mapped is not None:
             self.index.add(offset, info.nbytes, fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0])
             return mapped
-        out = into if into is not None else _allocate(info.nbytes, number) if keep else None
+        out = into if into is not None else allocate_stream(info.nbytes, number) if keep else None
         for _ in self._raw_pieces(what, offset, info.nbytes, out, number):
             pass
         return out
@@ -402,7 +405,7 @@ class RecordReader:
                 the header's, or more than the source holds (before anything is allocated).
         """
         source = self._source
-        what = self._frame_name(number, 0)
+        what = chunk_name(number, 0)
         padding = source.read(fmt.raw_padding(source.pos), f"the padding before {what}")
         if any(padding):
             raise CorruptError(f"the padding before {what} at offset {source.pos - len(padding)} is not zero")
@@ -436,7 +439,7 @@ class RecordReader:
         frame_hash = FrameHash(seed, signed, self._nthreads if beside else 1)
         whole = None if out is None else byte_view(out)
         if whole is None:
-            whole = byte_view(_allocate(min(size, READ_SIZE), number))
+            whole = byte_view(allocate_stream(min(size, READ_SIZE), number))
         try:
             for start in range(0, size, READ_SIZE):
                 count = min(READ_SIZE, size - start)
@@ -507,7 +510,7 @@ def byte_view(buffer: np.ndarray | memoryview) -> memoryview:
     return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")
 
 
-def _allocate(nbytes: int, number: int, allocate: Callable[[int], Any] | None = None) -> Any:
+def allocate_stream(nbytes: int, number: int, allocate: Callable[[int], Any] | None = None) -> Any:
     """Return a writable buffer for stream ``number``: ``allocate(nbytes)``, by default an
     uninitialised array (no zero-fill).
 
@@ -516,7 +519,7 @@ def _allocate(nbytes: int, number: int, allocate: Callable[[int], Any] | None = 
     """
     try:
         return np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
-    except MemoryError:
+    except (MemoryError, ValueError):
         raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
 
 

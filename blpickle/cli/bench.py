@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from ._cli_formats import ConversionError, UsageError, read_object
-from ._cli_options import (
+from .. import __version__
+from ..options import PRESETS, available_threads
+from ..pickler import dump as blpickle_dump
+from ..unpickler import load as blpickle_load
+from .arguments import (
     add_codec_options,
     add_command,
     add_load_options,
@@ -33,10 +35,8 @@ from ._cli_options import (
     codec_options,
     input_format,
 )
-from ._cli_output import EXIT_OK, Progress, error_text, human_size, print_json, warn
-from .options import PRESETS, available_threads
-from .pickler import dump as blpickle_dump
-from .unpickler import load as blpickle_load
+from .formats import ConversionError, UsageError, read_object
+from .output import EXIT_OK, Progress, error_text, human_size, print_json, warn
 
 __all__ = ["DATASETS", "Method", "add_commands", "format_table", "make_dataset", "methods", "run"]
 
@@ -111,7 +111,7 @@ def methods(nthreads: int | None = None, custom: Mapping[str, Any] | None = None
         notes.append("lz4 is not installed: pip install lz4 to compare with joblib's lz4")
     else:
         found.append(Method("joblib lz4", lambda o, p: joblib.dump(o, p, compress="lz4"), joblib.load))
-    from .integrations.joblib import register
+    from ..integrations.joblib import register
 
     register()
     found.append(Method("joblib blosc", lambda o, p: joblib.dump(o, p, compress="blosc"), joblib.load))

@@ -5,7 +5,7 @@ graph is written by the C pickler with the host's reducers; what it cannot pickl
 closures, local classes) is pickled again by cloudpickle. An object with no out-of-band
 buffer is just that pickle: it costs what the host's own pickling costs. Each out-of-band
 buffer travels raw (zero copy on the sending side) or as independently compressed Blosc2
-chunks, as `blpickle.policy.plan_transfer` decides; `blpickle.chunks` compresses and
+chunks, as `blpickle.engine.policy.plan_transfer` decides; `blpickle.engine.chunks` compresses and
 decompresses them. The transports (pipes, loky's byte strings, dask frames) only differ in how
 they carry the graph, the buffer layout and the frames: see `.multiprocessing`, `.loky` and
 `.dask`; all of them receive with `receive_buffers`.
@@ -31,11 +31,11 @@ import cloudpickle
 import numpy as np
 
 from ..arrays import reduce_ndarray
-from ..buffers import shuffle_typesize
-from ..chunks import compress_chunks, decompress_chunks
+from ..engine.buffers import shuffle_typesize
+from ..engine.chunks import compress_chunks, decompress_chunks
+from ..engine.policy import ChunkPlan, plan_raw, plan_transfer
 from ..errors import CorruptError, OptionsError
 from ..options import Options, resolve_options
-from ..policy import ChunkPlan, plan_raw, plan_transfer
 
 __all__ = [
     "Buffer",
@@ -382,7 +382,7 @@ def unpickle_graph(graph: Any, buffers: Iterable[Any]) -> Any:
 
 
 def plan_buffers(buffers: Sequence[Buffer], wire: WireOptions) -> None:
-    """Decide, per buffer, whether it travels raw or compressed (`blpickle.policy.plan_transfer`)."""
+    """Decide, per buffer, whether it travels raw or compressed (`blpickle.engine.policy.plan_transfer`)."""
     if not wire.compresses:
         return
     for buffer in buffers:

@@ -5,17 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._cli_formats import (
-    FORMATS,
-    ConversionError,
-    UsageError,
-    file_size,
-    format_for_path,
-    path_kind,
-    read_object,
-    write_object,
-)
-from ._cli_options import (
+from ..errors import UnsafeLoadError
+from .arguments import (
     add_codec_options,
     add_command,
     add_key_options,
@@ -25,8 +16,17 @@ from ._cli_options import (
     input_format,
     read_key,
 )
-from ._cli_output import EXIT_OK, Progress, error_text, human_size, warn
-from .errors import UnsafeLoadError
+from .formats import (
+    FORMATS,
+    ConversionError,
+    UsageError,
+    file_size,
+    format_for_path,
+    path_kind,
+    read_object,
+    write_object,
+)
+from .output import EXIT_OK, Progress, error_text, human_size, warn
 
 __all__ = ["add_commands"]
 

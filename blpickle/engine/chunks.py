@@ -2,7 +2,7 @@
 
 Every buffer blpickle stores or sends (record streams, the joblib stream, process transfers)
 is cut into chunks that are compressed independently with the parameters of a
-`blpickle.policy.ChunkPlan`; here each chunk is compressed, and decompressed only after its
+`blpickle.engine.policy.ChunkPlan`; here each chunk is compressed, and decompressed only after its
 declared sizes match what its slot expects.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import blosc2
 
-from . import format as fmt
-from .errors import ChecksumError, CorruptError, DumpError
+from .. import format as fmt
+from ..errors import ChecksumError, CorruptError, DumpError
 from .pool import map_ordered
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
 
 
 def compress_chunk(data: Any, cparams: Mapping[str, Any]) -> bytes:
-    """Compress ``data`` into one Blosc2 chunk with ``cparams`` (`blpickle.policy.blosc2_cparams`).
+    """Compress ``data`` into one Blosc2 chunk with ``cparams`` (`blpickle.engine.policy.blosc2_cparams`).
 
     An explicit block size larger than the data shrinks to the data's whole elements: with a
     block larger than the data, or not a multiple of the element size, Blosc2 writes chunks
@@ -52,7 +52,7 @@ def compress_chunk(data: Any, cparams: Mapping[str, Any]) -> bytes:
 
 def compress_chunks(pieces: Iterable[Any], cparams: Mapping[str, Any], count: int, nthreads: int) -> Iterator[bytes]:
     """Yield the compressed ``pieces`` in order, compressing up to ``nthreads`` at once
-    (``count``: how many pieces there are, see `blpickle.pool.map_ordered`).
+    (``count``: how many pieces there are, see `blpickle.engine.pool.map_ordered`).
 
     Raises:
         DumpError: when Blosc2 cannot compress a piece.

@@ -1,0 +1,170 @@
+"""The fixed parts of a record (docs/format.md): magic numbers, versions, the preamble, the
+checksum fields and the footer, the compact record, the format's limits and its checksums.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import xxhash
+
+from ..errors import BadMagicError, LimitError, UnsupportedVersionError
+
+MAGIC = b"\xb1BLPK\r\n\x1a"
+END_MAGIC = b"\x1a\n\rKPLB\xb1"
+VERSION_MAJOR = 1
+VERSION_MINOR = 1
+#: The first 8 bytes of a stream written by the ``"blosc"`` joblib compressor
+#: (`blpickle.engine.joblib_stream`): here, with the record's, so that every reader (the
+#: command line included) recognises such files without importing joblib.
+JOBLIB_MAGIC = b"\xb2BLJB\r\n\x1a"
+
+PREAMBLE = struct.Struct("<8sBBHI")  # magic, major, minor, flags, header size
+U64 = struct.Struct("<Q")
+FOOTER = struct.Struct("<QQ8s")  # trailer size, trailer checksum, END_MAGIC
+
+#: Preamble flag: the trailer holds an HMAC-SHA256 signature of the record.
+FLAG_SIGNED = 1
+#: Preamble flag (from version 1.1): a compact record, whose "header" is the pickle itself,
+#: with no frames and no trailer after its checksum.
+FLAG_COMPACT = 2
+#: The bytes a compact record adds to its pickle: the preamble and the checksum.
+COMPACT_OVERHEAD = 16 + 8
+#: The preamble of every compact record up to its size field.
+_COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, VERSION_MINOR, FLAG_COMPACT)
+#: A compact record's preamble: that prefix and the pickle's size.
+_COMPACT_START = struct.Struct("<12sI")
+# Bound once: the compact record's functions run for every small object.
+_pack_compact_start, _unpack_compact_start = _COMPACT_START.pack, _COMPACT_START.unpack_from
+_pack_u64, _unpack_u64 = U64.pack, U64.unpack_from
+_xxh3 = xxhash.xxh3_64_intdigest
+_PREAMBLE_SIZE, _U64_SIZE = PREAMBLE.size, U64.size
+
+#: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
+ALIGNMENT = 64
+#: Blosc2 adds at most this many bytes to a chunk (BLOSC2_MAX_OVERHEAD).
+BLOSC2_MAX_OVERHEAD = 32
+#: Smallest valid Blosc2 chunk: its extended header.
+BLOSC2_MIN_CHUNK = 32
+#: Where a Blosc2 chunk's header keeps its sizes: bytes 4-7 its decompressed size, bytes 12-15
+#: its own (compressed) size, both little-endian (c-blosc2's README_CHUNK_FORMAT).
+BLOSC2_SIZES = struct.Struct("<4xI4xI")
+
+MAX_HEADER_SIZE = 64 << 20
+MAX_TRAILER_SIZE = 64 << 20
+MAX_STREAMS = 1 << 22
+MAX_STREAM_SIZE = 1 << 62
+MAX_CHUNK_SIZE = 1 << 30
+#: The pickle stream decompresses to at most this many times its stored size (its chunks,
+#: 256 KiB of opcodes each, are never under 32 bytes): a reader refuses more before allocating.
+MAX_GRAPH_RATIO = 1 << 16
+MAX_NDIM = 64
+#: How a header may be built besides its size (docs/format.md, "Limits"): at most this many
+#: keys in the header's (or the trailer's) map, ...
+MAX_HEADER_KEYS = 64
+#: ... at most this many items in any map or array of ``options`` or of a stream map, ...
+MAX_ITEMS = MAX_NDIM
+#: ... and at most this many maps and arrays in ``options`` or in one stream map, itself
+#: included. Decoding a header of n bytes then allocates at most HEADER_COST * n + 1 MiB.
+MAX_CONTAINERS = 16
+HEADER_COST = 16
+#: A header or trailer of at most this many bytes is decoded in one call (see `_small_document`).
+SMALL_DOCUMENT_SIZE = 8 << 10
+_MASK64 = (1 << 64) - 1
+
+
+def damaged_magic(head: bytes) -> bool:
+    """True for input that starts almost like a record: a damaged record, not pickle data."""
+    return sum(a == b for a, b in zip(head, MAGIC, strict=False)) >= len(MAGIC) // 2
+
+
+def checksum(data: Any, seed: int = 0) -> int:
+    """Return the 64-bit XXH3 checksum of a bytes-like object."""
+    return xxhash.xxh3_64_intdigest(data, seed)
+
+
+def frame_digest(data: Any) -> bytes:
+    """Return the BLAKE2b-256 digest of a frame's payload (signed records only)."""
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def signature(key: bytes, head: bytes, digests: Sequence[bytes]) -> str:
+    """Return the hex HMAC-SHA256 of a record: its preamble and header, then the BLAKE2b-256
+    digest of every frame's payload in order."""
+    mac = hmac.new(key, head, "sha256")
+    for digest in digests:
+        mac.update(digest)
+    return mac.hexdigest()
+
+
+def frame_seed(header_checksum: int, frame_index: int) -> int:
+    """Return the checksum seed of a frame: it ties each frame to its record and position."""
+    return (header_checksum + frame_index + 1) & _MASK64
+
+
+def raw_padding(offset: int) -> int:
+    """Return the zero bytes to write at ``offset`` so that a raw frame's payload is aligned."""
+    return -(offset + U64.size) % ALIGNMENT
+
+
+def encode_preamble(header_size: int, flags: int = 0) -> bytes:
+    """Return the 16-byte preamble for a header of ``header_size`` bytes."""
+    return PREAMBLE.pack(MAGIC, VERSION_MAJOR, VERSION_MINOR, flags, header_size)
+
+
+def decode_preamble(data: bytes) -> tuple[int, int, int]:
+    """Check a 16-byte preamble; return ``(minor, flags, header_size)``. Unknown flags are
+    ignored (later minor versions may set them).
+
+    Raises:
+        BadMagicError, UnsupportedVersionError, LimitError.
+    """
+    magic, major, minor, flags, header_size = PREAMBLE.unpack(data)
+    if magic != MAGIC:
+        raise BadMagicError(magic)
+    if major != VERSION_MAJOR:
+        raise UnsupportedVersionError(major, minor, VERSION_MAJOR)
+    check_header_size(header_size)
+    return minor, flags, header_size
+
+
+def check_header_size(header_size: int) -> None:
+    """Raise `LimitError` for a header over `MAX_HEADER_SIZE`, before it is read."""
+    if header_size > MAX_HEADER_SIZE:
+        raise LimitError(f"header size {header_size} is over the limit of {MAX_HEADER_SIZE} bytes")
+
+
+def encode_compact(pickle: Any) -> bytes:
+    """Return the compact record of a pickle: preamble (version 1.1, flag compact, the
+    pickle's size), the pickle, then XXH3-64 of both (seed 0)."""
+    head = _pack_compact_start(_COMPACT_PREFIX, len(pickle)) + pickle
+    return head + _pack_u64(_xxh3(head))
+
+
+def compact_size(preamble: bytes) -> int | None:
+    """Return the pickle size a compact record's 16-byte preamble gives, when it is the one
+    blpickle writes (1.1, flags compact only); None for any other 16 bytes."""
+    if len(preamble) != PREAMBLE.size:
+        return None
+    prefix, size = _unpack_compact_start(preamble)
+    return size if prefix == _COMPACT_PREFIX else None
+
+
+def checked_compact_pickle(data: Any) -> Any:
+    """Return the pickle (bytes-like) of the compact record ``data`` holds from its start,
+    once its preamble is the one blpickle writes (1.1, flags compact only) and its checksum is
+    right; None for anything else (a full record, damaged input, plain pickle data), which the
+    record reader reads or reports in full."""
+    if type(data) is not bytes:
+        data = memoryview(data).cast("B")
+    if len(data) < COMPACT_OVERHEAD:
+        return None
+    prefix, size = _unpack_compact_start(data)
+    end = _PREAMBLE_SIZE + size
+    if prefix != _COMPACT_PREFIX or len(data) < end + _U64_SIZE or _xxh3(data[:end]) != _unpack_u64(data, end)[0]:
+        return None
+    return data[_PREAMBLE_SIZE:end]
