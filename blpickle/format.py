@@ -36,7 +36,7 @@ from .errors import BadMagicError, CorruptError, LimitError, LoadError, Unsuppor
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
 VERSION_MAJOR = 1
-VERSION_MINOR = 1
+VERSION_MINOR = 2
 
 PREAMBLE = struct.Struct("<8sBBHI")  # magic, major, minor, flags, header size
 U64 = struct.Struct("<Q")
@@ -212,6 +212,8 @@ class StreamInfo(NamedTuple):
         codec: the Blosc2 codec its chunks were compressed with (informational).
         order: "C" or "F": the memory order of the array's bytes (with dtype and shape).
         name: the path to the array in the dumped object (``"model.coef_"``), if found.
+        tensor: the type the array was dumped as when not a numpy array (``"torch.bfloat16"``,
+            ``"jax.float32"``: the library and its dtype's name), with dtype and shape.
     """
 
     nbytes: int
@@ -224,6 +226,7 @@ class StreamInfo(NamedTuple):
     codec: str | None = None
     order: str | None = None
     name: str | None = None
+    tensor: str | None = None
 
     @property
     def nchunks(self) -> int:
@@ -257,6 +260,8 @@ class StreamInfo(NamedTuple):
             out["order"] = self.order
         if self.name is not None:
             out["name"] = self.name
+        if self.tensor is not None:
+            out["tensor"] = self.tensor
         return out
 
 
@@ -353,7 +358,10 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     name = doc.get("name")
     if name is not None and not isinstance(name, str):
         raise CorruptError(f"{where}: name must be a string")
-    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec, order, name)
+    tensor = doc.get("tensor")
+    if tensor is not None and not isinstance(tensor, str):
+        raise CorruptError(f"{where}: tensor must be a string")
+    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec, order, name, tensor)
 
 
 @dataclasses.dataclass

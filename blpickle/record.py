@@ -28,6 +28,7 @@ from .ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
 from .reader import RecordReader
 from .remote import is_url
 from .sources import MemorySource
+from .tensors import ml_dtype, stored_array
 
 __all__ = ["ArrayInfo", "Record", "open"]
 
@@ -36,6 +37,12 @@ __all__ = ["ArrayInfo", "Record", "open"]
 _HEAD_READ = 64 << 10
 #: Longest dtype description parsed as a structured dtype.
 _MAX_DTYPE_TEXT = 4096
+#: Why an array of the dumped object may have no name in its record.
+_UNNAMED = (
+    "only arrays stored out of band have names: arrays under 64 KiB are kept in the pickle, "
+    "and a tensor sharing the storage of a tensor met before it, or not covering its storage, is stored "
+    "as part of it; read those with Record.load()"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +61,9 @@ class ArrayInfo:
         nchunks: how many chunks it is stored in.
         chunk_size: decompressed bytes per chunk.
         codec: the Blosc2 codec of its chunks (None for a raw buffer).
+        tensor: the type `Record.array` gives it back as when not a numpy array:
+            ``"torch.<dtype>"`` (a torch tensor) or ``"jax.<dtype>"`` (a jax array); None
+            for a numpy array.
     """
 
     position: int
@@ -66,6 +76,7 @@ class ArrayInfo:
     nchunks: int
     chunk_size: int
     codec: str | None
+    tensor: str | None = None
 
 
 def open(file: Any, *, nthreads: int | None = None) -> Record:
@@ -183,27 +194,31 @@ class Record:
         self._closed = True
         self._ranges.close()
 
-    def __getitem__(self, key: str | int) -> np.ndarray:
+    def __getitem__(self, key: str | int) -> Any:
         """Read the array named ``key`` (or at position ``key``); see `array`."""
         return self.array(self._position(key))
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
-    def array(self, position: int) -> np.ndarray:
+    def array(self, position: int) -> Any:
         """Read buffer ``position`` whole (its chunks decompressed in parallel) and return it
         as the array its `ArrayInfo` describes, writable (a uint8 array for a buffer that is
-        not a described array). Only its frames are read; nothing is unpickled.
+        not a described array): a numpy array, or the torch tensor or jax array it was
+        dumped as (`blpickle.tensors.stored_array`). Only its frames are read; nothing is
+        unpickled.
 
         Raises:
             IndexError: for a position out of range.
             blpickle.ChecksumError, blpickle.CorruptError: for a damaged frame (named).
+            ImportError: for a tensor whose library is not installed.
         """
         info = self._array_info(position)
         data = self.read_bytes(position, 0, info.nbytes)
         if info.dtype is None or info.shape is None:
             return data
-        return data.view(info.dtype).reshape(info.shape, order="F" if info.order == "F" else "C")
+        array = data.view(info.dtype).reshape(info.shape, order="F" if info.order == "F" else "C")
+        return array if info.tensor is None else stored_array(info.tensor, array)
 
     def lazy(self, key: str | int) -> Any:
         """Return a read-only array-like over the array named ``key`` (or at position
@@ -259,7 +274,8 @@ class Record:
         if isinstance(key, str):
             if key not in self._by_name:
                 known = ", ".join(map(repr, self.names[:20])) or "none"
-                raise KeyError(f"no array named {key!r} in the record (named arrays: {known})")
+                more = f" and {len(self.names) - 20} more" if len(self.names) > 20 else ""
+                raise KeyError(f"no array named {key!r} in the record (named arrays: {known}{more}); {_UNNAMED}")
             return self._by_name[key]
         return key
 
@@ -492,15 +508,20 @@ def _describe(position: int, info: fmt.StreamInfo, stored: int) -> ArrayInfo:
         nchunks=info.nchunks,
         chunk_size=info.chunk_size,
         codec=info.codec,
+        tensor=info.tensor if dtype is not None else None,
     )
 
 
 def _parse_dtype(text: str) -> np.dtype | None:
     """Return the dtype ``str(dtype)`` gave ``text`` (structured dtypes through a literal,
-    never through code), or None for anything else, object dtypes included."""
+    never through code; ml_dtypes' by name, when it is installed), or None for anything
+    else, object dtypes included."""
     try:
         dtype = np.dtype(text)
     except (TypeError, ValueError):
+        named = ml_dtype(text)
+        if named is not None:
+            return named
         if len(text) > _MAX_DTYPE_TEXT:
             return None
         try:
