@@ -57,7 +57,6 @@ TORCH_DTYPES: dict[str, str] = {
     "float4_e2m1fn_x2": "uint8",
     "complex128": "complex128",
     "complex64": "complex64",
-    "complex32": "uint32",
     "int64": "int64",
     "int32": "int32",
     "int16": "int16",
@@ -118,9 +117,9 @@ def rebuild_storage(data: Any) -> torch.UntypedStorage:
     torch = _torch()
     if not data.flags.writeable:  # torch warns on read-only memory, and may write to it
         data = data.copy()
-    storage = torch.from_numpy(data.reshape(-1).view(np.uint8)).untyped_storage()
+    flat = torch.from_numpy(data.reshape(-1).view(np.uint8))
     device = _DEVICE.get()
-    return storage if device is None else storage.to(device=device)
+    return (flat if device is None else flat.to(device)).untyped_storage()
 
 
 def rebuild_tensor(storage: Any, dtype: Any, offset: Any, shape: Any, strides: Any, requires_grad: Any) -> torch.Tensor:
