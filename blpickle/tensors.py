@@ -195,7 +195,7 @@ def rebuild_jax_array(data: Any) -> Any:
 
 def _is_numeric(dtype: np.dtype) -> bool:
     """Whether ``dtype`` holds numbers or booleans: numpy's, or an ml_dtypes type."""
-    return dtype.kind in "biufc" or (dtype.kind == "V" and type(dtype).__module__.startswith("ml_dtypes"))
+    return dtype.kind in "biufc" or (dtype.kind == "V" and dtype.type.__module__ == "ml_dtypes")
 
 
 def _describe(obj: Any) -> str:
