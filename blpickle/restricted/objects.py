@@ -262,13 +262,21 @@ def _call_numbers(cls: type) -> Callable[[tuple[Any, ...]], Any]:
 def _call_dtype(args: tuple[Any, ...]) -> Pending:
     _arity(args, 1, 3, "numpy.dtype")
     code = args[0]
-    if not isinstance(code, str) or len(code) > _MAX_CODE or not all(type(flag) in (bool, int) for flag in args[1:]):
+    flags = all(type(flag) in (bool, int) for flag in args[1:])
+    if _is_ml_dtype(code) and flags:  # numpy names the dtypes of ml_dtypes by their scalar type
+        return Pending("dtype", args)
+    if not isinstance(code, str) or len(code) > _MAX_CODE or not flags:
         raise CorruptError(f"numpy.dtype takes a type code and two flags in safe mode, not {args!r:.80}")
     try:
         np.dtype(code)  # check it now
     except Exception as exc:  # numpy raises TypeError, ValueError, even SyntaxError for some codes
         raise CorruptError(f"numpy.dtype refuses the type code {code!r}: {exc}") from None
     return Pending("dtype", args)
+
+
+def _is_ml_dtype(code: Any) -> bool:
+    """Whether ``code`` is a scalar type of ml_dtypes (``ml_dtypes.bfloat16``)."""
+    return isinstance(code, type) and issubclass(code, np.generic) and code.__module__ == "ml_dtypes"
 
 
 def _call_reconstruct(args: tuple[Any, ...]) -> Any:

@@ -20,6 +20,29 @@ __all__ = ["SAFE_GLOBALS", "Policy"]
 
 _OUTSIDE = "outside the allowed packages"
 
+#: The scalar types of ml_dtypes (0.6): numpy dtypes of their own.
+_ML_DTYPES = (
+    "bcomplex32",
+    "bfloat16",
+    "complex32",
+    "float4_e2m1fn",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "int1",
+    "int2",
+    "int4",
+    "uint1",
+    "uint2",
+    "uint4",
+)
 #: The globals ``safe=True`` allows, as ``module.name``.
 SAFE_GLOBALS = frozenset(
     {
@@ -45,6 +68,16 @@ SAFE_GLOBALS = frozenset(
         # of them (checks that the view lies inside its base)
         "blpickle.arrays.rebuild_ndarray",
         "blpickle.arrays.rebuild_view",
+        # how blpickle records rebuild torch storages, tensors and parameters and jax arrays
+        # (each checks every argument: blpickle.tensors)
+        "blpickle.tensors.rebuild_storage",
+        "blpickle.tensors.rebuild_tensor",
+        "blpickle.tensors.rebuild_parameter",
+        "blpickle.tensors.rebuild_jax_array",
+        # torch's state dicts
+        "collections.OrderedDict",
+        # the scalar types of ml_dtypes, which numpy's dtype reduction names (numpy.dtype(type, False, True))
+        *(f"ml_dtypes.{name}" for name in _ML_DTYPES),
     }
 )
 
