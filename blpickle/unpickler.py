@@ -326,8 +326,9 @@ def load(
             view a memory map of the file, as with `numpy.load` (not checksummed); None (the
             default) reads the file. Ignored with ``key``: a signed load maps nothing.
         nthreads: decompression threads (default: every available CPU).
-        safe: refuse every global but builtin containers and scalars and numpy arrays,
-            dtypes and scalars, with a restricted unpickler (`blpickle.restricted`).
+        safe: refuse every global but builtin containers and scalars, numpy arrays,
+            dtypes and scalars and blpickle's tensors (`blpickle.tensors`), with a
+            restricted unpickler (`blpickle.restricted`).
         allowed: more globals a safe load may import: ``"pkg.mod.Name"``, ``"pkg.*"``, or the
             objects themselves. Implies ``safe``.
         key: the key the record was signed with: the signature is checked before anything
