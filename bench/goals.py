@@ -341,7 +341,12 @@ def check_pipeline(rows: list[dict]) -> list[Goal]:
 
 
 #: Issue 30's goals: files smaller than pickle's by these factors, by workload of `bench.tensors`, ...
-TENSOR_RATIOS = {"state dict fp32": 1.15, "state dict bf16": 1.40, "jax float32 + bfloat16": 1.2, "ml_dtypes bfloat16": 1.4}
+TENSOR_RATIOS = {
+    "state dict fp32": 1.15,
+    "state dict bf16": 1.40,
+    "jax float32 + bfloat16": 1.2,
+    "ml_dtypes bfloat16": 1.4,
+}
 #: ... dump and load at these speeds of torch.save's and torch.load's on the fp32 state dict, ...
 TENSOR_SPEEDS = {"dump": 0.9, "load": 0.8}
 #: ... a storage stored once with its view and alias, and one weight read this much faster than a load.
@@ -362,7 +367,11 @@ def check_tensors(doc: dict) -> list[Goal]:
         for op, speed in TENSOR_SPEEDS.items()
     ]
     shared = rows["tensor + view + alias"]["file_over_storage"]
-    found.append(Goal("tensors: a storage with its view and alias, file over storage", "<=", TENSOR_SHARED_FILE, {"file": shared}))
+    found.append(
+        Goal(
+            "tensors: a storage with its view and alias, file over storage", "<=", TENSOR_SHARED_FILE, {"file": shared}
+        )
+    )
     found.append(
         Goal("tensors: open(path)[name] over a full load", ">=", TENSOR_OPEN_SPEEDUP, {"best": fp32["open"]["speedup"]})
     )

@@ -100,7 +100,9 @@ def measure(name: str, obj: Any, directory: str, rounds: int) -> dict[str, Any]:
             rounds,
             0.0,
         )
-        loads = interleaved({"blpickle": lambda: blpickle.load(ours), "torch.load": lambda: torch.load(theirs)}, rounds, 0.0)
+        loads = interleaved(
+            {"blpickle": lambda: blpickle.load(ours), "torch.load": lambda: torch.load(theirs)}, rounds, 0.0
+        )
         row["dump"], row["load"] = dumps, loads
         row["dump_speed"] = dumps["torch.save"]["min"] / dumps["blpickle"]["min"]
         row["load_speed"] = loads["torch.load"]["min"] / loads["blpickle"]["min"]
@@ -138,7 +140,9 @@ def parameters_survive() -> bool:
     parameters = dict(model.named_parameters())
     loaded = blpickle.loads(blpickle.dumps(parameters))
     return all(
-        type(loaded[k]) is torch.nn.Parameter and loaded[k].requires_grad == p.requires_grad and torch.equal(loaded[k], p)
+        type(loaded[k]) is torch.nn.Parameter
+        and loaded[k].requires_grad == p.requires_grad
+        and torch.equal(loaded[k], p)
         for k, p in parameters.items()
     )
 
@@ -176,7 +180,9 @@ def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="blpickle-tensors-") as directory:
         rows = [measure(name, obj, directory, rounds) for name, obj in workloads().items()]
     doc = {"rows": rows, "parameters_survive": parameters_survive(), "rounds": rounds}
-    print(f"\nTensors: blpickle's default against pickle and torch.save/torch.load ({time.perf_counter() - started:.0f} s)")
+    print(
+        f"\nTensors: blpickle's default against pickle and torch.save/torch.load ({time.perf_counter() - started:.0f} s)"
+    )
     print(text_table(table(rows)))
     opened = next(row["open"] for row in rows if "open" in row)
     print(
@@ -194,7 +200,18 @@ def table(rows: list[dict]) -> list[tuple[str, ...]]:
         return f"{spread['min'] * 1e3:.0f} ({spread['median'] * 1e3:.0f})"
 
     lines: list[tuple[str, ...]] = [
-        ("workload", "MB", "pickle / blpickle", "torch.save / blpickle", "dump ms", "torch.save ms", "load ms", "torch.load ms", "dump speed", "load speed")
+        (
+            "workload",
+            "MB",
+            "pickle / blpickle",
+            "torch.save / blpickle",
+            "dump ms",
+            "torch.save ms",
+            "load ms",
+            "torch.load ms",
+            "dump speed",
+            "load speed",
+        )
     ]
     for row in rows:
         timed = "dump" in row

@@ -27,8 +27,7 @@ def test_ml_dtypes_arrays_round_trip_typed_and_load_safely(name):
         assert loaded["w"].dtype == array.dtype and loaded["w"].tobytes() == array.tobytes()
         assert np.shares_memory(loaded["w"], loaded["rows"])  # a view stays a view
     with blpickle.open(data) as rec:
-        (info,) = rec.arrays
-        assert rec.info.buffers[0].itemsize == array.itemsize
+        assert [b.itemsize for b in rec.info.buffers] == [array.itemsize]  # the view is not stored
         assert rec["w"].dtype == array.dtype and rec["w"].tobytes() == array.tobytes()
 
 
@@ -43,7 +42,7 @@ def test_a_dtype_of_ml_dtypes_needs_an_ml_dtypes_type_in_safe_mode():
     plain = pickle.dumps(np.zeros(3, np.dtype(ml_dtypes.bfloat16)), protocol=5)
     assert blpickle.loads(plain, safe=True).dtype == np.dtype(ml_dtypes.bfloat16)
     forged = plain.replace(b"ml_dtypes", b"blpickles")  # the same name in another package
-    with pytest.raises(blpickle.UnsafeLoadError, match="blpickles.bfloat16"):
+    with pytest.raises(blpickle.UnsafeLoadError, match=r"blpickles\.bfloat16"):
         blpickle.loads(forged, safe=True)
 
 

@@ -280,7 +280,8 @@ def test_a_forged_record_meets_the_same_checks_in_safe_mode():
     for data in (pickle.dumps(forged, protocol=5), blpickle.dumps([forged])):
         with pytest.raises(CorruptError, match="spans bytes 0:256 of a storage of 64 bytes"):
             blpickle.loads(data, safe=True)
-    fine = _Call(rebuild_tensor, _Call(rebuild_storage, np.arange(16, dtype=np.float32)), "float32", 2, (2,), (3,), False)
+    storage = _Call(rebuild_storage, np.arange(16, dtype=np.float32))
+    fine = _Call(rebuild_tensor, storage, "float32", 2, (2,), (3,), False)
     assert blpickle.loads(pickle.dumps(fine, protocol=5), safe=True).tolist() == [2.0, 5.0]
 
 
