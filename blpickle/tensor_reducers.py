@@ -74,19 +74,19 @@ class TensorReducer:
     def reducers(self) -> dict[type, Reduce]:
         """Return ``{type: reduce}`` for the tensor types of the libraries imported so far
         (empty when none is): what the pickler's ``reducer_override`` looks types up in."""
-        libraries = (sys.modules.get("torch"), sys.modules.get("jax"))
-        if libraries != self._libraries:
-            self._libraries = libraries
-            torch, jax = libraries
+        torch, jax = sys.modules.get("torch"), getattr(sys.modules.get("jax._src.array"), "ArrayImpl", None)
+        if not hasattr(torch, "nn"):  # not imported, or still importing
+            torch = None
+        if (torch, jax) != self._libraries:
+            self._libraries = (torch, jax)
             reducers: dict[type, Reduce] = {}
-            if torch is not None and hasattr(torch, "nn"):  # not while torch itself is importing
+            if torch is not None:
                 reducers.update({torch.Tensor: self._reduce_tensor, torch.nn.Parameter: self._reduce_parameter})
                 reducers[_Storage] = self._reduce_storage
                 names = (name for name in TORCH_DTYPES if hasattr(torch, name))
                 self._dtype_names = {getattr(torch, name): name for name in names}
-            array_type = getattr(sys.modules.get("jax._src.array"), "ArrayImpl", None) if jax is not None else None
-            if array_type is not None:
-                reducers[array_type] = self._reduce_jax
+            if jax is not None:
+                reducers[jax] = self._reduce_jax
             self._reducers = reducers
         return self._reducers
 
