@@ -134,11 +134,10 @@ class TensorReducer:
         host), typed by the dtype of the first tensor met on it (bytes if its size is not a
         multiple of that dtype's) and shaped as that tensor if it covers the storage."""
         storage, first = met.storage, met.first
-        if storage.device.type != "cpu":
-            storage = storage.cpu()
         nbytes = storage.nbytes()
         torch = self._libraries[0]
-        raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,), (1,)).numpy()
+        raw = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, 0, (nbytes,), (1,))
+        raw = raw.cpu().numpy()  # a GPU storage's bytes are copied to the host
         name = self._dtype_names[first.dtype]
         dtype = np.dtype(TORCH_DTYPES[name])
         if nbytes % dtype.itemsize:
