@@ -338,3 +338,41 @@ def check_pipeline(rows: list[dict]) -> list[Goal]:
             loads,
         )
     ]
+
+
+#: Issue 30's goals: files smaller than pickle's by these factors, by workload of `bench.tensors`, ...
+TENSOR_RATIOS = {
+    "state dict fp32": 1.15,
+    "state dict bf16": 1.40,
+    "jax float32 + bfloat16": 1.2,
+    "ml_dtypes bfloat16": 1.4,
+}
+#: ... dump and load at these speeds of torch.save's and torch.load's on the fp32 state dict, ...
+TENSOR_SPEEDS = {"dump": 0.9, "load": 0.8}
+#: ... a storage stored once with its view and alias, and one weight read this much faster than a load.
+TENSOR_SHARED_FILE = 1.05
+TENSOR_OPEN_SPEEDUP = 5.0
+
+
+def check_tensors(doc: dict) -> list[Goal]:
+    """Issue 30's goals on the rows of `bench.tensors`."""
+    rows = {row["workload"]: row for row in doc["rows"]}
+    fp32 = rows["state dict fp32"]
+    found = [
+        Goal(f"tensors: file smaller than pickle's, {name}", ">=", ratio, {name: rows[name]["vs_pickle"]})
+        for name, ratio in TENSOR_RATIOS.items()
+    ]
+    found += [
+        Goal(f"tensors: {op} speed over torch's, fp32 state dict", ">=", speed, {"best": fp32[f"{op}_speed"]})
+        for op, speed in TENSOR_SPEEDS.items()
+    ]
+    shared = rows["tensor + view + alias"]["file_over_storage"]
+    found.append(
+        Goal(
+            "tensors: a storage with its view and alias, file over storage", "<=", TENSOR_SHARED_FILE, {"file": shared}
+        )
+    )
+    found.append(
+        Goal("tensors: open(path)[name] over a full load", ">=", TENSOR_OPEN_SPEEDUP, {"best": fp32["open"]["speedup"]})
+    )
+    return found

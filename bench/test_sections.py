@@ -15,7 +15,7 @@ import pytest
 
 import blpickle
 
-from . import fixed_cost, goals, pipeline, processes_bench, section_tables, small_tasks, timing
+from . import fixed_cost, goals, pipeline, processes_bench, section_tables, small_tasks, tensors, timing
 from .__main__ import write_sections
 
 
@@ -131,3 +131,23 @@ def test_durable_pickle_dump_replaces_the_file_whole(tmp_path) -> None:
     with open(path, "rb") as file:
         assert pickle.load(file) == [1, 2, 3]
     assert sorted(os.listdir(tmp_path)) == ["out.pkl"]
+
+
+def test_tensor_rows_feed_the_table_and_every_goal(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    jnp = pytest.importorskip("jax.numpy")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    weights = {tensors.NAME: torch.randn(256, 256), "bias": torch.randn(256)}
+    base = torch.randn(256, 256)
+    small = {
+        "state dict fp32": weights,
+        "state dict bf16": {k: v.to(torch.bfloat16) for k, v in weights.items()},
+        "jax float32 + bfloat16": {"f32": jnp.asarray(base.numpy()), "bf16": jnp.asarray(base.numpy(), jnp.bfloat16)},
+        "ml_dtypes bfloat16": {"w": base.numpy().astype(ml_dtypes.bfloat16)},
+        "tensor + view + alias": {"base": base, "view": base[10:], "alias": base.reshape(-1)},
+    }
+    rows = [tensors.measure(name, obj, str(tmp_path), 1) for name, obj in small.items()]
+    checked = goals.check_tensors({"rows": rows})
+    assert len(checked) == 8 and {goal.status for goal in checked} <= {"PASS", "FAIL"}, [g.summary for g in checked]
+    assert len(tensors.table(rows)) == len(rows) + 1
+    assert tensors.parameters_survive()

@@ -33,6 +33,7 @@ from .io import remote
 from .io.files import atomic_write
 from .io.remote import is_url
 from .options import PRESETS, Options, PicklerKind, check_key, resolve_options
+from .tensor_reducers import TensorReducer
 
 __all__ = [
     "DEFAULT_PROTOCOL",
@@ -138,6 +139,8 @@ class _OutOfBand:
         self._copy_small_arrays = protocol >= 5 and user_callback is None and options.codec is not None
         # arrays viewing the memory of one reduced before them are reduced to views of it
         self._aliases = Aliases() if protocol >= 5 and user_callback is None else None
+        #: torch storages and jax arrays, reduced to numpy arrays (`blpickle.tensor_reducers`)
+        self.tensors = TensorReducer()
         self.reset()
 
     def reset(self) -> None:
@@ -153,6 +156,7 @@ class _OutOfBand:
         self._arrays: dict[int, int] = {}
         self._kept: list[np.ndarray] = []
         self._slots = 0
+        self.tensors.clear()
         if self._aliases is not None:
             self._aliases.clear()
 
@@ -163,7 +167,7 @@ class _OutOfBand:
 
     def forget(self) -> None:
         """Reset if the last pickle stream met any buffer or array."""
-        if self.used() or self._aliases:
+        if self.used() or self._aliases or self.tensors:
             self.reset()
 
     def release_if_unused(self) -> bool:
@@ -174,6 +178,7 @@ class _OutOfBand:
             return False
         if self._aliases is not None:
             self._aliases.clear()
+        self.tensors.clear()
         self.met = False
         return True
 
@@ -233,9 +238,12 @@ class _OutOfBand:
         self.met = True
         taken = self._placeholders.pop(id(buffer), None)
         if taken is not None:
-            self._arrays[id(taken[2])] = len(self.streams)
-            self._kept.append(taken[2])
-            self.streams.append((Payload.from_array(taken[1]), None))
+            payload = Payload.from_array(taken[1])
+            named, payload.tensor = self.tensors.stand_ins.get(id(taken[2]), (taken[2], None))
+            if named is not None:
+                self._arrays[id(named)] = len(self.streams)
+                self._kept.append(named)
+            self.streams.append((payload, None))
         elif self._user_callback is not None:
             if self._user_callback(buffer):
                 return True  # the caller wants it in band
@@ -285,6 +293,7 @@ class _RecordPickler(pickle.Pickler):
         callback = self._out_of_band.take_buffer if self._protocol >= 5 else buffer_callback
         self._init_pickler(self._graph, self._protocol, fix_imports, callback)
         self._file = file
+        self._tensor_reducers = self._out_of_band.tensors.reducers()
 
     def _resolve_options(self, options: dict[str, Any]) -> Options:
         """Return the options with this class's pickler.
@@ -306,11 +315,13 @@ class _RecordPickler(pickle.Pickler):
         pickle.Pickler.__init__(self, graph, protocol, fix_imports=fix_imports, buffer_callback=callback)
 
     def reducer_override(self, obj: Any) -> Any:
-        """Reduce numpy arrays for blpickle (see `_OutOfBand.reduce_ndarray`); return
-        ``NotImplemented`` for anything else, which the pickler then saves as usual."""
+        """Reduce numpy arrays for blpickle (see `_OutOfBand.reduce_ndarray`), torch tensors
+        and jax arrays too once their library is imported (`blpickle.tensor_reducers`);
+        return ``NotImplemented`` for anything else, which the pickler then saves as usual."""
         if type(obj) in _ARRAY_TYPES:
             return self._out_of_band.reduce_ndarray(obj)
-        return NotImplemented
+        reduce = self._tensor_reducers.get(type(obj))
+        return NotImplemented if reduce is None else reduce(obj)
 
     def dump(self, obj: Any) -> None:
         """Write ``obj`` as one blpickle record to the file.
@@ -320,6 +331,7 @@ class _RecordPickler(pickle.Pickler):
         """
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
+        self._tensor_reducers = self._out_of_band.tensors.reducers()
         try:
             super().dump(obj)  # pickle.Pickler's, or cloudpickle's for CloudPickler (the MRO)
             self._out_of_band.name_arrays(obj)
@@ -475,6 +487,7 @@ def dumps(
         if pickler is None or pickler.options is not PRESETS["default"]:
             pickler = Pickler(io.BytesIO())
         graph = pickler._graph
+        pickler._tensor_reducers = pickler._out_of_band.tensors.reducers()
         try:
             _C_DUMP(pickler, obj)
             small = graph.small()

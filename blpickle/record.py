@@ -29,6 +29,7 @@ from .io.ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
 from .io.remote import is_url
 from .io.sources import MemorySource
 from .options import Options
+from .tensors import ml_dtype, stored_array
 from .unpickler import load, loads
 
 __all__ = ["ArrayInfo", "Record", "open"]
@@ -38,6 +39,12 @@ _CONFIRM_BATCH = 256
 #: The first read of a record: its first bytes (the preamble and, most often, the whole
 #: header) and its last (the footer and, most often, the whole trailer).
 _HEAD_READ = 64 << 10
+#: Why an array of the dumped object may have no name in its record.
+_UNNAMED = (
+    "only arrays stored out of band have names: arrays under 64 KiB are kept in the pickle, "
+    "and a tensor sharing the storage of a tensor met before it, or not covering its storage, is stored "
+    "as part of it; read those with Record.load()"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +63,9 @@ class ArrayInfo:
         nchunks: how many chunks it is stored in.
         chunk_size: decompressed bytes per chunk.
         codec: the Blosc2 codec of its chunks (None for a raw buffer).
+        tensor: the type `Record.array` gives it back as when not a numpy array:
+            ``"torch.<dtype>"`` (a torch tensor) or ``"jax.<dtype>"`` (a jax array); None
+            for a numpy array.
     """
 
     position: int
@@ -68,6 +78,7 @@ class ArrayInfo:
     nchunks: int
     chunk_size: int
     codec: str | None
+    tensor: str | None = None
 
 
 def open(file: Any, *, nthreads: int | None = None) -> Record:
@@ -185,27 +196,31 @@ class Record:
         self._closed = True
         self._ranges.close()
 
-    def __getitem__(self, key: str | int) -> np.ndarray:
+    def __getitem__(self, key: str | int) -> Any:
         """Read the array named ``key`` (or at position ``key``); see `array`."""
         return self.array(self._position(key))
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
-    def array(self, position: int) -> np.ndarray:
+    def array(self, position: int) -> Any:
         """Read buffer ``position`` whole (its chunks decompressed in parallel) and return it
         as the array its `ArrayInfo` describes, writable (a uint8 array for a buffer that is
-        not a described array). Only its frames are read; nothing is unpickled.
+        not a described array): a numpy array, or the torch tensor or jax array it was
+        dumped as (`blpickle.tensors.stored_array`). Only its frames are read; nothing is
+        unpickled.
 
         Raises:
             IndexError: for a position out of range.
             blpickle.ChecksumError, blpickle.CorruptError: for a damaged frame (named).
+            ImportError: for a tensor whose library is not installed.
         """
         info = self._array_info(position)
         data = self.read_bytes(position, 0, info.nbytes)
         if info.dtype is None or info.shape is None:
             return data
-        return data.view(info.dtype).reshape(info.shape, order="F" if info.order == "F" else "C")
+        array = data.view(info.dtype).reshape(info.shape, order="F" if info.order == "F" else "C")
+        return array if info.tensor is None else stored_array(info.tensor, array)
 
     def lazy(self, key: str | int) -> Any:
         """Return a read-only array-like over the array named ``key`` (or at position
@@ -264,7 +279,8 @@ class Record:
         if isinstance(key, str):
             if key not in self._by_name:
                 known = ", ".join(map(repr, self.names[:20])) or "none"
-                raise KeyError(f"no array named {key!r} in the record (named arrays: {known})")
+                more = f" and {len(self.names) - 20} more" if len(self.names) > 20 else ""
+                raise KeyError(f"no array named {key!r} in the record (named arrays: {known}{more}); {_UNNAMED}")
             return self._by_name[key]
         return key
 
@@ -467,7 +483,7 @@ def _describe(position: int, info: fmt.StreamInfo, stored: int) -> ArrayInfo:
     """Describe a buffer from its stream map: an array where dtype, shape and order are
     given (or the order cannot matter: records of format 1.0 do not give it) and agree with
     its size, else bytes."""
-    dtype = None if info.dtype is None or info.shape is None else parse_dtype(info.dtype)
+    dtype = None if info.dtype is None or info.shape is None else parse_dtype(info.dtype) or ml_dtype(info.dtype)
     order = info.order
     if dtype is not None and info.shape is not None:
         if order is None and sum(n > 1 for n in info.shape) <= 1:
@@ -486,4 +502,5 @@ def _describe(position: int, info: fmt.StreamInfo, stored: int) -> ArrayInfo:
         nchunks=info.nchunks,
         chunk_size=info.chunk_size,
         codec=info.codec,
+        tensor=info.tensor if dtype is not None else None,
     )

@@ -336,8 +336,9 @@ def load(
             default) reads the file. Ignored with ``key``: a signed load maps nothing.
         nthreads: decompression threads (default: every available CPU).
         safe: load data only, with a restricted unpickler (`blpickle.restricted`): builtin
-            containers and scalars, numpy arrays, dtypes, scalars and random generators, and
-            what ``allowed`` adds; call nothing but vetted reconstructors.
+            containers and scalars, numpy arrays, dtypes, scalars and random generators,
+            blpickle's tensors (`blpickle.tensors`), and what ``allowed`` adds; call nothing
+            but vetted reconstructors.
         allowed: what a safe load admits besides: ``"pkg.*"`` (the classes and constants of a
             package, created as data, and its vetted reconstructors), ``"pkg.mod.name"`` or
             the object itself (that object, called as pickle calls it). Any value but None

@@ -85,7 +85,7 @@ BOMB_SIZE = 512 << 20
 #: A target may run at most this many seconds on a case (else it hangs).
 TIME_BOUND = 60.0
 #: Globals the opcode mutator writes into pickles: harmless to call with any arguments (the
-#: unrestricted ``loads`` runs them); ``safe=True`` allows the last three.
+#: unrestricted ``loads`` runs them); ``safe=True`` allows OrderedDict and the last three.
 INJECTED_GLOBALS = [
     ("builtins", "len"),
     ("builtins", "getattr"),

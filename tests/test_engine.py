@@ -65,6 +65,18 @@ def test_the_policy_plans_record_buffers_and_the_pickle_stream():
     assert policy.chunk_size_for(Options(nthreads=4, chunk_size=1 << 22), 3 << 20, 8) == policy.PARALLEL_CHUNK_SIZE
 
 
+def test_auto_takes_zstd_where_its_entropy_coder_pays_and_lz4_on_noisy_floats():
+    rng = np.random.default_rng(0)
+    weights = (0.02 * rng.standard_normal(1 << 20)).astype(np.float32)  # like a layer's weights
+    bf16 = (weights.view(np.uint32) >> 16).astype(np.uint16)  # the same, rounded down to bfloat16
+    noisy = rng.random(1 << 20)  # the benchmark's high-entropy float64 data
+
+    def codec(data: np.ndarray) -> str:
+        return policy.choose_codec(Options(), data.view(np.uint8)[: 1 << 18], data.itemsize)
+
+    assert (codec(weights), codec(bf16), codec(noisy)) == ("zstd", "zstd", "lz4")
+
+
 def test_a_small_buffer_that_does_not_compress_is_stored_raw():
     options = Options()
     small = policy.SMALL_BUFFER_LIMIT - 8

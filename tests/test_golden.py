@@ -7,7 +7,13 @@ import os
 import numpy as np
 import pytest
 from conftest import assert_same_array
-from golden.objects import GOLDEN_FILES, golden_object, small_golden_object, views_golden_object
+from golden.objects import (
+    GOLDEN_FILES,
+    golden_object,
+    small_golden_object,
+    tensors_golden_object,
+    views_golden_object,
+)
 
 import blpickle
 
@@ -37,6 +43,9 @@ def _assert_same(expected: object, actual: object) -> None:
 def test_golden_file_loads_the_golden_object(name):
     path = os.path.join(GOLDEN_DIR, name)
     arguments = GOLDEN_FILES[name]
+    if arguments.get("tensors"):
+        _assert_tensors(path)
+        return
     loaded = blpickle.load(path, key=arguments.get("key"))
     if arguments.get("small"):
         _assert_same(small_golden_object(), loaded)
@@ -51,6 +60,23 @@ def test_golden_file_loads_the_golden_object(name):
         expected["strided"] = np.ascontiguousarray(expected["strided"])
     _assert_same(expected, loaded)
     assert loaded["nested"]["shared"] is loaded["ramp"]
+
+
+def _assert_tensors(path: str) -> None:
+    """The tensors golden object: every tensor bit for bit, one storage for the weights and
+    their views, the parameter a parameter, loaded safely; a tensor read by its name."""
+    torch = pytest.importorskip("torch")
+    expected = tensors_golden_object()
+    loaded = blpickle.load(path, safe=True)
+    pairs = [*zip(expected["model"].values(), loaded["model"].values(), strict=True)]
+    pairs += [(expected[key], loaded[key]) for key in ("rows", "flat", "parameter")]
+    for want, got in pairs:
+        assert type(got) is type(want) and got.dtype == want.dtype and got.stride() == want.stride()
+        assert torch.equal(got.detach().reshape(-1).view(torch.uint8), want.detach().reshape(-1).view(torch.uint8))
+    weights = loaded["model"]["layers.0.weight"].untyped_storage().data_ptr()
+    assert loaded["rows"].untyped_storage().data_ptr() == weights == loaded["flat"].untyped_storage().data_ptr()
+    with blpickle.open(path) as rec:
+        assert torch.equal(rec["model.layers.1.weight"], expected["model"]["layers.1.weight"])
 
 
 def _assert_views(expected: dict, loaded: dict) -> None:

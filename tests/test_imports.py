@@ -15,7 +15,7 @@ _REGISTRIES = """
 import copyreg, io, json, sys
 from multiprocessing.reduction import ForkingPickler
 
-HOSTS = ("joblib", "dask", "distributed", "loky")
+HOSTS = ("joblib", "dask", "distributed", "loky", "torch", "jax", "jaxlib", "ml_dtypes")
 
 def registries():
     state = {

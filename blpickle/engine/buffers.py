@@ -37,6 +37,8 @@ class Payload:
         dtype, shape, order: the numpy array it holds, if it is one (recorded in the header;
             order "C" or "F": how its bytes are laid out).
         name: the array's path in the pickled object, if known (recorded in the header).
+        tensor: the type it was dumped as when not a numpy array: ``"torch.<dtype>"`` or
+            ``"jax.<dtype>"`` (recorded in the header; `blpickle.tensor_reducers`).
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class Payload:
         self.shape = shape
         self.order = order
         self.name: str | None = None
+        self.tensor: str | None = None
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> Payload:

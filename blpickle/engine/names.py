@@ -32,8 +32,10 @@ _LEAVES = (str, bytes, bytearray, int, float, complex, bool, type(None), type, M
 
 def array_names(root: Any, wanted: dict[int, int]) -> dict[int, str]:
     """Return ``{position: path}`` for the arrays of ``wanted`` (``{id(array): position}``)
-    found in ``root``, each by its shortest path. The root itself gets no name."""
+    found in ``root``, each by its shortest path; an array whose path another one has
+    already (``{"a.b": x, "a": {"b": y}}``) gets no name. The root itself gets no name."""
     names: dict[int, str] = {}
+    taken: set[str] = set()
     seen = {id(root)}
     queue: deque[tuple[Any, str, int]] = deque([(root, "", 0)])
     steps = 0
@@ -50,8 +52,9 @@ def array_names(root: Any, wanted: dict[int, int]) -> dict[int, str]:
             seen.add(id(child))
             position = wanted.get(id(child))
             if position is not None:
-                if len(child_path) <= MAX_NAME_LENGTH:
+                if len(child_path) <= MAX_NAME_LENGTH and child_path not in taken:
                     names[position] = child_path
+                    taken.add(child_path)
                 continue
             queue.append((child, child_path, depth + 1))
     return names
@@ -81,10 +84,12 @@ def _attribute_path(path: str, name: str) -> str:
 
 
 def _key_path(path: str, key: Any) -> str | None:
-    """The path of a dict item: ``a.key`` for identifier keys, ``a['some key']`` or ``a[3]``
-    for other strings and integers; None for other keys."""
+    """The path of a dict item: ``a.key`` for identifier keys and dotted ones (the keys of a
+    torch state dict, ``layers.0.weight``), ``a['some key']`` or ``a[3]`` for other strings
+    and integers; None for other keys."""
     if isinstance(key, str):
-        return _attribute_path(path, key) if key.isidentifier() else f"{path}[{key!r}]"
+        dotted = all(part.isidentifier() or part.isdigit() for part in key.split("."))
+        return _attribute_path(path, key) if dotted else f"{path}[{key!r}]"
     if isinstance(key, int) and not isinstance(key, bool):
         return f"{path}[{key}]"
     return None

@@ -45,8 +45,14 @@ PARALLEL_CHUNK_SIZE = 1 << 20
 #: this size, other codecs keep Blosc2's automatic size.
 ZSTD_BLOCKSIZE = 1 << 20
 #: With codec "auto", zstd is chosen where a sample shows it storing at most this fraction of
-#: what lz4 stores; elsewhere (noisy data) lz4, which decompresses about twice as fast.
+#: what lz4 stores, ...
 AUTO_ZSTD_GAIN = 2 / 3
+#: ... or saving at least this fraction of the sample's raw bytes over lz4: data whose bytes
+#: repeat little but are unevenly spread, which zstd's entropy coder shrinks and lz4 does not
+#: (float weights: about 10% of fp32 and 20% of bf16 data; docs/guide.md). Elsewhere (noisy
+#: data: 3-4% on the float64 arrays of the benchmark's study) lz4, which decompresses about
+#: twice as fast.
+AUTO_ZSTD_SAVING = 0.08
 #: Samples smaller than this choose zstd without compressing anything.
 AUTO_MIN_SAMPLE = 64 << 10
 #: Bytes of each record buffer compressed twice to choose its codec, with codec "auto": at
@@ -178,16 +184,18 @@ def chunk_size_for(options: Options, nbytes: int, multiple: int = 1) -> int:
 
 def choose_codec(options: Options, sample: Any, typesize: int) -> str:
     """Return the codec to compress data like ``sample`` with: the options' own, or for
-    "auto", zstd if it stores at most `AUTO_ZSTD_GAIN` of what lz4 stores, else lz4
-    (zstd without trying for samples under `AUTO_MIN_SAMPLE`)."""
+    "auto", zstd if it stores at most `AUTO_ZSTD_GAIN` of what lz4 stores or saves
+    `AUTO_ZSTD_SAVING` of the sample over it, else lz4 (zstd without trying for samples
+    under `AUTO_MIN_SAMPLE`)."""
     if options.codec != "auto":
         if options.codec is None:
             raise ValueError("choose_codec needs options with a codec")
         return options.codec
-    if memoryview(sample).nbytes < AUTO_MIN_SAMPLE:
+    nbytes = memoryview(sample).nbytes
+    if nbytes < AUTO_MIN_SAMPLE:
         return "zstd"
-    sizes = {codec: len(compress_chunk(sample, blosc2_cparams(options, typesize, codec))) for codec in ("lz4", "zstd")}
-    return "zstd" if sizes["zstd"] <= AUTO_ZSTD_GAIN * sizes["lz4"] else "lz4"
+    lz4, zstd = (len(compress_chunk(sample, blosc2_cparams(options, typesize, codec))) for codec in ("lz4", "zstd"))
+    return "zstd" if zstd <= AUTO_ZSTD_GAIN * lz4 or lz4 - zstd >= AUTO_ZSTD_SAVING * nbytes else "lz4"
 
 
 def fits_compact(pickle_nbytes: int, nbuffers: int, external: Sequence[int], key: bytes | None) -> bool:

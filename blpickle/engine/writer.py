@@ -168,6 +168,7 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
                 codec=plan.codec,
                 order=payload.order,
                 name=payload.name,
+                tensor=payload.tensor,
             )
         )
     header = fmt.Header(options.to_dict(), pickled.protocol, tuple(infos), pickled.external)

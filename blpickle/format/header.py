@@ -28,6 +28,8 @@ class StreamInfo(NamedTuple):
         codec: the Blosc2 codec its chunks were compressed with (informational).
         order: "C" or "F": the memory order of the array's bytes (with dtype and shape).
         name: the path to the array in the dumped object (``"model.coef_"``), if found.
+        tensor: the type the array was dumped as when not a numpy array (``"torch.bfloat16"``,
+            ``"jax.float32"``: the library and its dtype's name), with dtype and shape.
     """
 
     nbytes: int
@@ -40,6 +42,7 @@ class StreamInfo(NamedTuple):
     codec: str | None = None
     order: str | None = None
     name: str | None = None
+    tensor: str | None = None
 
     @property
     def nchunks(self) -> int:
@@ -73,6 +76,8 @@ class StreamInfo(NamedTuple):
             out["order"] = self.order
         if self.name is not None:
             out["name"] = self.name
+        if self.tensor is not None:
+            out["tensor"] = self.tensor
         return out
 
 
@@ -186,7 +191,10 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     name = doc.get("name")
     if name is not None and not isinstance(name, str):
         raise CorruptError(f"{where}: name must be a string")
-    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec, order, name)
+    tensor = doc.get("tensor")
+    if tensor is not None and not isinstance(tensor, str):
+        raise CorruptError(f"{where}: tensor must be a string")
+    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec, order, name, tensor)
 
 
 def compact_header(pickle: Any) -> Header:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import tensors
 from ..arrays import rebuild_ndarray, rebuild_view
 from ..errors import CorruptError, UnsafeLoadError
 from .numpy_state import Pending
@@ -316,6 +317,16 @@ def _rebuild_view(args: tuple[Any, ...], context: Context) -> np.ndarray:
     return rebuild_view(*args)
 
 
+def _tensors(name: str, arity: int) -> Callable[[tuple[Any, ...], Context], Any]:
+    """A rebuild function of `blpickle.tensors`, which checks every argument itself."""
+
+    def check(args: tuple[Any, ...], context: Context) -> Any:
+        _arity(args, arity, arity, f"blpickle {name}")
+        return getattr(tensors, name)(*args)
+
+    return check
+
+
 def _refuse_ndarray(args: tuple[Any, ...], context: Context) -> None:
     raise UnsafeLoadError("numpy", "ndarray", "safe mode builds arrays only through their reconstructors")
 
@@ -595,6 +606,11 @@ REGISTRY: dict[str, Reconstructor] = {
     # of them (checks that the view lies inside its base)
     "blpickle.arrays.rebuild_ndarray": Reconstructor(_rebuild("blpickle rebuild_ndarray")),
     "blpickle.arrays.rebuild_view": Reconstructor(_rebuild_view),
+    # how blpickle records rebuild torch storages, tensors and parameters and jax arrays
+    "blpickle.tensors.rebuild_storage": Reconstructor(_tensors("rebuild_storage", 1)),
+    "blpickle.tensors.rebuild_tensor": Reconstructor(_tensors("rebuild_tensor", 6)),
+    "blpickle.tensors.rebuild_parameter": Reconstructor(_tensors("rebuild_parameter", 2)),
+    "blpickle.tensors.rebuild_jax_array": Reconstructor(_tensors("rebuild_jax_array", 1)),
     # pandas: datetime, categorical, period, interval and extension columns, indexes, blocks
     "pandas._libs.arrays.__pyx_unpickle_NDArrayBacked": Reconstructor(
         _cython_state("pandas._libs.arrays.NDArrayBacked", "__pyx_unpickle_NDArrayBacked"), _PANDAS

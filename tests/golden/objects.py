@@ -7,7 +7,8 @@ import numpy as np
 #: file name -> dump arguments (``blob``: the object also holds a payload large enough to be
 #: spliced out of the pickle; ``small``: the object is `small_golden_object`, which makes a
 #: compact record; ``views``: the object is `views_golden_object`, a full record with what 1.1
-#: added to full records). Files are written once per format version and never rewritten.
+#: added to full records; ``tensors``: the object is `tensors_golden_object`, which needs
+#: torch). Files are written once per format version and never rewritten.
 GOLDEN_FILES = {
     "v1.0-default.blp": {},
     "v1.0-raw.blp": {"codec": None},
@@ -17,6 +18,7 @@ GOLDEN_FILES = {
     "v1.0-signed-spliced.blp": {"key": b"golden key", "blob": True, "chunk_size": 65536},
     "v1.1-compact.blp": {"small": True},
     "v1.1-full-views.blp": {"views": True, "chunk_size": 65536},
+    "v1.2-tensors.blp": {"tensors": True, "chunk_size": 65536},
 }
 
 
@@ -70,4 +72,23 @@ def views_golden_object() -> dict:
         "ramp": ramp,
         "model": {"grid": grid},
         "views": [ramp[:], ramp[100:200], ramp[::-3], grid.T, grid[5:50:5, ::7], ramp.view(np.uint8)[8:24]],
+    }
+
+
+def tensors_golden_object() -> dict:
+    """Return the object of the 1.2 tensors file: a state dict of torch tensors of several
+    dtypes, a view and a reshaped alias of one storage, and a parameter (needs torch)."""
+    import torch
+
+    weights = torch.arange(300 * 300, dtype=torch.float32).reshape(300, 300) / 64
+    return {
+        "model": {
+            "layers.0.weight": weights,
+            "layers.0.bias": torch.arange(300, dtype=torch.float32),
+            "layers.1.weight": weights.to(torch.bfloat16),
+            "steps": torch.arange(40_000, dtype=torch.int64) % 7,
+        },
+        "rows": weights[100:200],
+        "flat": weights.reshape(-1),
+        "parameter": torch.nn.Parameter(weights[:, :150].to(torch.float16).contiguous()),
     }
