@@ -452,6 +452,15 @@ def test_convert_refuses_impossible_conversions(call, files, tmp_path):
     assert not (tmp_path / "t.blp").exists() and not (tmp_path / "m.blp").exists()
 
 
+def test_convert_refuses_a_dangling_symbolic_link_as_an_existing_file(call, files, tmp_path):
+    """Writing through a link to nothing would create the file it names, wherever that is."""
+    link, elsewhere = tmp_path / "out.blp", tmp_path / "elsewhere.blp"
+    link.symlink_to(elsewhere)
+    result = call("convert", files["x.pkl"], link)
+    assert result.returncode == 2 and "dangling symbolic link" in result.stderr and "--force" in result.stderr
+    assert not elsewhere.exists() and link.is_symlink()
+
+
 def test_convert_safe_refuses_unknown_globals(call, tmp_path):
     marker, source = tmp_path / "ran", tmp_path / "m.pkl"
     source.write_bytes(pickle.dumps({"m": Marker(str(marker))}))
