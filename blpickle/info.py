@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any, BinaryIO
 
@@ -109,7 +109,7 @@ def inspect(
     with ExitStack() as stack:
         source = _open(file, stack)
         reader = RecordReader(source, nthreads or available_threads(), key=key)
-        found = _graph_globals(reader.read_pieces(), reader.header)
+        found = graph_globals(reader.read_pieces(), reader.header, lambda: source.pos)
         index = None if verify or key is not None else reader.index_from_end()
         if index is None:
             for _ in reader.header.streams[1:]:
@@ -165,13 +165,14 @@ def pickle_globals(data: Any, header: fmt.Header | None = None) -> tuple[str, ..
     return scan_globals(chunks_of(data), header.protocol, splices_of(header), memoryview(data).nbytes)
 
 
-def _graph_globals(pieces: Iterator[memoryview], header: fmt.Header) -> tuple[str, ...]:
-    """Return the globals of the pickle stream read in ``pieces``, then read the rest of
-    the stream (so every chunk is checked). A stream found damaged by the scan is read to
-    its end too, so that a checksum error (which a raw stream meets after its last piece)
-    is reported rather than what the damage made of the opcodes."""
+def graph_globals(pieces: Iterator[Any], header: fmt.Header, read: Callable[[], int]) -> tuple[str, ...]:
+    """Return the globals of a record's pickle stream read in ``pieces`` (its chunks, each
+    dropped once read; ``read``: how many bytes of the record were read so far), then read
+    the rest of the stream (so every chunk is checked). A stream found damaged by the scan
+    is read to its end too, so that a checksum error (which a raw stream meets after its
+    last piece) is reported rather than what the damage made of the opcodes."""
     try:
-        found = scan_globals(pieces, header.protocol, splices_of(header), header.streams[0].nbytes)
+        found = scan_globals(pieces, header.protocol, splices_of(header), header.streams[0].nbytes, read)
     except LoadError:
         for _ in pieces:
             pass

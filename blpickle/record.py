@@ -23,7 +23,7 @@ from .engine.reader import RecordReader, allocate_stream
 from .errors import BadMagicError, ChecksumError, CorruptError, LimitError, LoadError, TruncatedError
 from .format.dtypes import parse_dtype
 from .format.trailer import RecordIndex, check_footer, check_trailer_size, chunk_name, parse_index
-from .info import BufferInfo, RecordInfo, pickle_globals
+from .info import BufferInfo, RecordInfo, graph_globals
 from .io.files import expand, is_path, naming_errors
 from .io.ranges import FileRanges, MemoryRanges, Ranges, UrlRanges
 from .io.remote import is_url
@@ -240,11 +240,11 @@ class Record:
 
     @property
     def info(self) -> RecordInfo:
-        """What `blpickle.inspect` shows (reads and decompresses the pickle stream, without
-        unpickling it, to list its globals; the buffers' checksums are not read)."""
+        """What `blpickle.inspect` shows (reads and decompresses the pickle stream a chunk at a
+        time, as `inspect` does, without unpickling it, to list its globals; the buffers'
+        checksums are not read)."""
         if self._info is None:
             header = self.header
-            graph = self._compact if self._compact is not None else self._read(0, 0, header.streams[0].nbytes)
             buffers = tuple(
                 BufferInfo(s.nbytes, stored, s.nchunks, s.itemsize, s.raw, s.dtype, s.shape, s.splice, s.codec)
                 for s, stored in zip(header.streams[1:], self._stored[1:], strict=True)
@@ -258,10 +258,19 @@ class Record:
                 pickle_stored=self._stored[0],
                 buffers=buffers,
                 external=len(header.external),
-                globals=pickle_globals(graph, header),
+                globals=graph_globals(self._graph_chunks(), header, lambda: self.size),
                 size=self.size,
             )
         return self._info
+
+    def _graph_chunks(self) -> Iterator[Any]:
+        """Yield the pickle stream a chunk at a time (a raw one whole: one checksum covers it)."""
+        info = self.header.streams[0]
+        if self._compact is not None or info.raw:
+            yield self._compact if self._compact is not None else self._read(0, 0, info.nbytes)
+            return
+        for start, stop in info.chunk_spans():
+            yield self._read(0, start, stop)
 
     def read_bytes(self, position: int, start: int, stop: int) -> np.ndarray:
         """Return bytes ``start:stop`` of buffer ``position`` (decompressed) as a new uint8

@@ -14,7 +14,7 @@ import pickle
 import struct
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, NoReturn
 
 from . import format as fmt
 from .engine.pickle_file import PickleFile, open_pickle
@@ -30,6 +30,7 @@ from .errors import (
     SignatureError,
     TruncatedError,
 )
+from .format.scan import scan_globals
 from .io.files import open_input
 from .io.sources import FileSource, MemorySource, Source, map_file
 from .options import Options, available_threads, check_key
@@ -146,8 +147,8 @@ class Unpickler(pickle.Unpickler):
     def _load_small_record(self, magic: bytes) -> Any:
         """Load the record whose magic was just read: a compact one under `COMPACT_LIMIT`
         bytes is read whole and loaded as `loads` loads it (one checksum, one unpickling;
-        when that fails, read again from memory to report the error as for every record),
-        any other by a `RecordReader` on the file."""
+        a header the quick check refuses is read again from memory, to report the error as
+        for every record), any other by a `RecordReader` on the file."""
         preamble = magic + _read_upto(self._file, fmt.PREAMBLE.size - len(magic))
         size = fmt.compact_size(preamble)
         if size is None or size >= COMPACT_LIMIT:
@@ -159,7 +160,7 @@ class Unpickler(pickle.Unpickler):
             try:
                 return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors)
             except Exception as exc:
-                _raise_compact_error(exc)
+                _raise_compact_error(exc, body)
         return self._load_from(MemorySource(memoryview(record), len(preamble)), preamble)
 
     def _load_record(self, magic: bytes) -> Any:
@@ -404,7 +405,7 @@ def loads(
             try:
                 return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors)
             except Exception as exc:
-                _raise_compact_error(exc)
+                _raise_compact_error(exc, body)
     view = memoryview(data).cast("B")
     head = bytes(view[: len(fmt.MAGIC)])
     unpickler = Unpickler(
@@ -423,16 +424,28 @@ def loads(
     return unpickler._load_from(MemorySource(view, len(fmt.MAGIC)), head)
 
 
-def _raise_compact_error(exc: Exception) -> None:
-    """Called while handling ``exc``, raised by unpickling a compact record's pickle: raise
-    it when Python code the pickle called raised it, as for every record (see
-    `_graph_error`); return when the unpickler itself refused the pickle, which the caller
-    then reads as every record, to report what is wrong with it (sizes past its end before
-    they are allocated)."""
+def _raise_compact_error(exc: Exception, body: Any) -> NoReturn:
+    """Called while handling ``exc``, raised by unpickling a compact record's pickle
+    ``body``: raise it when Python code the pickle called raised it, as for every record (see
+    `_graph_error`); when the unpickler itself refused the pickle, raise what a scan of its
+    opcodes finds wrong (`blpickle.format.scan`), or else the `CorruptError` for ``exc``. The pickle
+    is never unpickled again: the calls it made before the damage ran once."""
     if isinstance(exc, BlpickleError):
         raise
-    if len(traceback.extract_tb(exc.__traceback__)) > 1:  # raised by Python code the pickle called
+    if len(traceback.extract_tb(exc.__traceback__)) > 1 or _raised_by_find_class(exc):
         error = _graph_error(exc, True)
         if error is exc:
             raise
         raise error from exc
+    header = fmt.compact_header(body)
+    scan_globals([body], header.protocol, (), header.streams[0].nbytes)
+    raise _graph_error(exc, False) from exc
+
+
+def _raised_by_find_class(exc: Exception) -> bool:
+    """True for the error of the C unpickler's ``find_class`` (a module that is not installed,
+    a name it does not hold), which leaves no frame to tell it by: an import error, or
+    pickle's own message for a missing name."""
+    return isinstance(exc, ImportError) or (
+        isinstance(exc, AttributeError) and str(exc).startswith("Can't get attribute")
+    )

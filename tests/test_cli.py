@@ -20,9 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from records import Parts, join, split
 
 import blpickle
 from blpickle import cli
+from blpickle import format as fmt
 from blpickle.cli import arguments, output
 
 joblib = pytest.importorskip("joblib")
@@ -252,6 +254,32 @@ def test_info_says_what_other_files_are(call, files, name, fmt, words):
         assert [a["name"] for a in doc["arrays"]] == ["x", "y"]
 
 
+ERASE = "\x1b[1A\x1b[2K"  # up one line, erase it: hides the line above from a terminal
+
+
+def test_info_escapes_what_the_file_says(call, tmp_path):
+    """Names of globals, of npz members, a dtype and options taken from a file reach the
+    terminal escaped: a file cannot erase ``posix.system`` from the listing."""
+    hidden = b"\x80\x04\x8c\x05posix\x8c\x06system\x93" + b"\x8c\x01x\x8c" + bytes([len(ERASE) + 1])
+    hidden += b"y" + ERASE.encode() + b"\x93\x86."
+    paths = {"compact.blp": tmp_path / "compact.blp", "plain.pkl": tmp_path / "plain.pkl"}
+    paths["compact.blp"].write_bytes(join(Parts(fmt.FLAG_COMPACT, {}, [hidden], [True], {})))
+    paths["plain.pkl"].write_bytes(hidden)
+    parts = split(blpickle.dumps({"a": np.zeros(100_000, "f4")}, codec="lz4"))
+    parts.header["options"]["extra" + ERASE] = "v" + ERASE
+    parts.header["streams"][1]["dtype"] = "<f4" + ERASE
+    paths["record.blp"] = tmp_path / "record.blp"
+    paths["record.blp"].write_bytes(join(parts))
+    paths["arrays.npz"] = tmp_path / "arrays.npz"
+    np.savez(paths["arrays.npz"], **{"a" + ERASE: np.zeros(3)})
+    for name, path in paths.items():
+        result = call("info", path)
+        shown = result.stdout + result.stderr
+        assert "\x1b" not in shown, name
+        assert "\\x1b[2K" in shown, name
+    assert "posix.system" in call("info", paths["compact.blp"]).stdout
+
+
 def test_info_on_bad_input(call, files, tmp_path):
     flip_byte(files["x.blp"], files["x.blp"].stat().st_size // 2)
     result = run("info", files["x.blp"])
@@ -451,6 +479,15 @@ def test_convert_refuses_impossible_conversions(call, files, tmp_path):
     assert result.returncode == 1 and "cannot read" in result.stderr
     assert call("convert", tmp_path / "missing.pkl", tmp_path / "m.blp").returncode == 2
     assert not (tmp_path / "t.blp").exists() and not (tmp_path / "m.blp").exists()
+
+
+def test_convert_refuses_a_dangling_symbolic_link_as_an_existing_file(call, files, tmp_path):
+    """Writing through a link to nothing would create the file it names, wherever that is."""
+    link, elsewhere = tmp_path / "out.blp", tmp_path / "elsewhere.blp"
+    link.symlink_to(elsewhere)
+    result = call("convert", files["x.pkl"], link)
+    assert result.returncode == 2 and "dangling symbolic link" in result.stderr and "--force" in result.stderr
+    assert not elsewhere.exists() and link.is_symlink()
 
 
 def test_convert_safe_refuses_unknown_globals(call, tmp_path):

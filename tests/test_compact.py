@@ -190,6 +190,29 @@ def test_a_failing_compact_record_runs_its_code_once(tmp_path):
         assert CALLS == [1]
 
 
+def _counted(value: int) -> int:
+    CALLS.append(value)
+    return value
+
+
+class _Counts:
+    def __reduce__(self):
+        return _counted, (2,)
+
+
+def test_a_damaged_compact_record_runs_its_calls_once():
+    """The pickle calls a function, then is damaged (an unknown opcode before STOP): the
+    error is reported from a scan, never from a second unpickling that would call it again."""
+    body = pickle.dumps([_Counts()], protocol=5)
+    assert body.endswith(b".")
+    data = _compact(body[:-1] + b"\xff.")
+    for load in (lambda: blpickle.loads(data), lambda: blpickle.load(io.BytesIO(data))):
+        CALLS.clear()
+        with pytest.raises(blpickle.CorruptError, match="unknown opcode 0xff"):
+            load()
+        assert CALLS == [2]
+
+
 def test_a_1_0_reader_refuses_a_compact_pickle_as_a_header():
     """The compact kind is a new minor version: a 1.0 reader would decode the pickle as a
     msgpack header, which never succeeds, at any protocol."""

@@ -112,6 +112,17 @@ def test_bad_header_is_a_clear_error():
         bl_dask.deserialize(header, frames[:1])
 
 
+def test_a_buffer_too_large_to_allocate_is_a_limit_error():
+    """A message announcing a buffer of 2**60 bytes (with one real chunk of it): a LimitError,
+    not a MemoryError."""
+    header, frames = bl_dask.serialize(np.zeros(1 << 20, "u1"))
+    chunk_size = header["blpickle"][1][0][1]
+    assert chunk_size  # compressed
+    header["blpickle"][1][0] = (1 << 60, chunk_size)
+    with pytest.raises(blpickle.LimitError, match="buffer 0 announces 1152921504606846976 bytes"):
+        bl_dask.deserialize(header, frames)
+
+
 # --- a real cluster ------------------------------------------------------------------------------
 
 

@@ -8,9 +8,11 @@ import pickle
 
 import numpy as np
 import pytest
+from bombs import opcode_bomb, peak_allocated
 from test_safe import CALLS, SideEffect
 
 import blpickle
+from blpickle.format import scan
 from blpickle.info import pickle_globals
 
 
@@ -93,3 +95,52 @@ def test_inspect_without_verify_jumps_to_the_trailer(tmp_path):
     blpickle.dump(obj, out, chunk_size=1 << 20)
     blpickle.dump("next", out)
     assert blpickle.inspect(out.getvalue(), verify=False).buffers == full.buffers
+
+
+def _count_opcodes_read_one_at_a_time(monkeypatch) -> list[int]:
+    """Count the opcodes `blpickle.format.scan` reads one at a time (each with a `_Cursor.byte`)."""
+    count = [0]
+    byte = scan._Cursor.byte
+
+    def counting(self, end):
+        count[0] += 1
+        return byte(self, end)
+
+    monkeypatch.setattr(scan._Cursor, "byte", counting)
+    return count
+
+
+def test_a_run_of_opcodes_costs_little_whatever_it_decompresses_to(monkeypatch):
+    """8 Mi ``NONE`` opcodes in 800 bytes (the 2**16 ratio a pickle stream may have) are read
+    as runs, not one at a time: inspect, `blpickle verify` and `Record.info` take time of the
+    order of the input, not of what it declares."""
+    data = opcode_bomb(b"N", 4)
+    count = _count_opcodes_read_one_at_a_time(monkeypatch)
+    assert blpickle.inspect(data).pickle_nbytes == 4 * (2 << 20) + 1
+    assert blpickle.open(data).info.globals == ()
+    assert count[0] < 1000
+
+
+def test_opcodes_read_one_at_a_time_are_bounded_by_the_input(monkeypatch):
+    """4 Mi ``DUP`` opcodes (never a run) in 700 bytes: past ``MAX_OPS_PER_BYTE`` opcodes per
+    byte of the record, inspect and `Record.info` stop with a LimitError."""
+    data = opcode_bomb(b"2", 2)
+    count = _count_opcodes_read_one_at_a_time(monkeypatch)
+    with pytest.raises(blpickle.LimitError, match="opcodes per byte of its record"):
+        blpickle.inspect(data)
+    assert count[0] <= scan.MAX_OPS_PER_BYTE * len(data) + 1
+    count[0] = 0
+    with pytest.raises(blpickle.LimitError, match="opcodes per byte of its record"):
+        blpickle.open(data).info  # noqa: B018
+    assert count[0] <= scan.MAX_OPS_PER_BYTE * len(data) + 1
+
+
+def test_record_info_holds_one_chunk_of_the_pickle_stream_as_inspect_does():
+    """A 5 KB record whose pickle stream declares 128 MiB (64 chunks of 2 MiB): `Record.info`
+    decompresses it a chunk at a time, as `inspect` does, never whole."""
+    data = opcode_bomb(b"N", 64)
+    assert len(data) < 5 << 10
+    record = blpickle.open(data)
+    peak = peak_allocated(lambda: record.info)
+    assert record.info.pickle_nbytes == 64 * (2 << 20) + 1
+    assert peak < 3 * (2 << 20)

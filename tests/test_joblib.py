@@ -28,6 +28,7 @@ import tracemalloc
 import joblib
 import numpy as np
 import pytest
+from bombs import peak_allocated, zeros_chunk
 from conftest import JOBLIB_PREFIXES
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -768,6 +769,42 @@ def test_a_lying_chunk_header_never_reaches_blosc2():
         pytest.raises(blpickle.CorruptError, match="holds"),
     ):
         file.read()
+
+
+def _zeros_stream(nframes: int, chunk_size: int) -> bytes:
+    """A stream of ``nframes`` frames of ``chunk_size`` zeros, each a 32-byte Blosc2 chunk,
+    every checksum right (what an attacker writes in a few hundred bytes)."""
+    head = joblib_stream.HEADER.pack(bj.MAGIC, 1, 0, 0, chunk_size)
+    header_checksum = fmt.checksum(head)
+    out = bytearray(head + fmt.U64.pack(header_checksum))
+    for index in range(nframes):
+        chunk = zeros_chunk(chunk_size)
+        digest = fmt.checksum(chunk, fmt.frame_seed(header_checksum, index))
+        out += joblib_stream.FRAME.pack(chunk_size, len(chunk)) + chunk + fmt.U64.pack(digest)
+    end = joblib_stream.FRAME.pack(0, 0) + joblib_stream.END.pack(nframes, nframes * chunk_size)
+    return bytes(out + end + fmt.U64.pack(fmt.checksum(end, fmt.frame_seed(header_checksum, nframes))))
+
+
+def test_a_forged_stream_of_zeros_reads_ahead_within_a_bound_and_is_no_pickle():
+    """8 frames of 64 MiB of zeros in 512 bytes: reading decompresses ahead at most
+    READ_AHEAD bytes (or one chunk) and allocates no chunk-sized buffer for the 32 bytes of a
+    stored chunk; joblib.load then raises a CorruptError naming the first byte (its unpickler
+    would raise a bare KeyError)."""
+    chunk_size = 64 << 20
+    stream = _zeros_stream(8, chunk_size)
+    assert len(stream) == 512
+    errors = []
+
+    def load():
+        with pytest.raises(
+            blpickle.CorruptError, match="does not hold a pickle: it decompresses to byte 0x00"
+        ) as caught:
+            _loads(stream)
+        errors.append(caught.value)
+
+    peak = peak_allocated(load)
+    assert errors
+    assert peak < max(joblib_stream.READ_AHEAD, chunk_size) + (8 << 20)
 
 
 # --------------------------------------------------------------------------------------------

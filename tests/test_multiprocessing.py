@@ -19,12 +19,14 @@ import weakref
 
 import numpy as np
 import pytest
+from bombs import peak_allocated
 from conftest import assert_same_array
 
 import blpickle
 from blpickle.integrations import _mp_connection as mp_connection
 from blpickle.integrations import multiprocessing as bmp
 from blpickle.integrations import transport
+from blpickle.io.sources import READ_SIZE
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Python >= 3.12: fork with threads
 
@@ -331,6 +333,43 @@ def test_a_damaged_message_is_a_clear_error(head, then, message):
     os.write(writer.fileno(), then)
     with pytest.raises(blpickle.CorruptError, match=message):
         reader.recv()
+
+
+def _message(nbytes: int, chunk_size: int, then: bytes) -> bmp.Connection:
+    """A pipe's reading end holding a message that announces one buffer of ``nbytes`` in
+    chunks of ``chunk_size`` (0: raw), followed by ``then``; its writing end closed."""
+    reader, writer = bmp.Pipe(duplex=False)
+    head = mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1) + mp_connection.DESC.pack(nbytes, chunk_size)
+    writer.send_bytes(head + pickle.dumps(None, protocol=5))
+    os.write(writer.fileno(), then)
+    writer.close()
+    return reader
+
+
+def test_sizes_a_peer_announces_allocate_only_what_arrived():
+    """A compressed chunk announced as 2 GiB followed by 40 bytes, a raw buffer of 2 GiB
+    followed by 40 bytes: receiving allocates at most 8 MiB before the pipe ends."""
+    chunk = (1 << 31).to_bytes(8, "little") + bytes(40)
+    for nbytes, chunk_size, then in ((1 << 31, 1 << 31, chunk), (1 << 31, 0, bytes(40))):
+        reader = _message(nbytes, chunk_size, then)
+
+        def receive(reader=reader):
+            with pytest.raises(OSError, match="end of file"):
+                reader.recv()
+
+        assert peak_allocated(receive) < 9 << 20
+
+
+def test_a_buffer_too_large_to_allocate_is_a_limit_error():
+    """A raw buffer of 2**60 bytes, its first 8 MiB sent: a LimitError, not a MemoryError."""
+    reader, writer = bmp.Pipe(duplex=False)
+    head = mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1) + mp_connection.DESC.pack(1 << 60, 0)
+    writer.send_bytes(head + pickle.dumps(None, protocol=5))
+    sender = threading.Thread(target=lambda: os.write(writer.fileno(), bytes(READ_SIZE)))
+    sender.start()
+    with pytest.raises(blpickle.LimitError, match="a raw buffer announces"):
+        reader.recv()
+    sender.join()
 
 
 def test_eof_when_the_peer_closes():

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from ..errors import UnsafeLoadError
+from ..io.remote import is_url
 from .arguments import (
     add_codec_options,
     add_command,
@@ -101,8 +103,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if existing == "directory":
         raise UsageError(f"{target}: is a directory")
+    if existing is None and not is_url(target) and os.path.islink(target):
+        existing = "dangling symbolic link"  # writing would create the file it names
     if existing is not None and not args.force:
-        raise UsageError(f"{target} exists: pass --force to replace it")
+        raise UsageError(f"{target} exists ({existing}): pass --force to replace it")
     source_format = input_format(source, args.from_format)
     if key is not None and "blpickle" not in (source_format, target_format):
         raise UsageError("a key checks blpickle input and signs blpickle output; neither is blpickle here")

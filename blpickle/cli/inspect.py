@@ -23,6 +23,7 @@ from .output import (
     human_size,
     plural,
     print_json,
+    shown,
     warn,
 )
 
@@ -123,7 +124,7 @@ def _record_lines(info: RecordInfo) -> list[str]:
             rows.append(
                 (
                     str(n),
-                    b.dtype or f"bytes (itemsize {b.itemsize})",
+                    shown(b.dtype or f"bytes (itemsize {b.itemsize})"),
                     shape,
                     human_size(b.nbytes),
                     human_size(b.stored) + (" raw" if b.raw else ""),
@@ -198,9 +199,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.json:
             print_json(doc)
         else:
-            print(f"{path}: {detected.description}, {human_size(size)}")
+            print(shown(f"{path}: {detected.description}, {human_size(size)}"))
             for line in _other_lines(path, detected):
-                print(line)
+                print(shown(line))
         if not known:
             error("info", f"{path}: not a file blpickle can read ({detected.description})")
         return EXIT_OK if known else EXIT_FAILED
@@ -223,7 +224,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         if len(records) > 1:
             print(f" record {n + 1}:")
         for line in _record_lines(record):
-            print(line)
+            print(shown(line))
     if trailing:
         print(f"  then {human_size(trailing)} that are not a blpickle record (plain pickle data, say)")
     return EXIT_OK

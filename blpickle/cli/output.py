@@ -19,6 +19,7 @@ __all__ = [
     "human_size",
     "plural",
     "print_json",
+    "shown",
     "warn",
 ]
 
@@ -29,14 +30,25 @@ PROG = "blpickle"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
+def shown(text: str) -> str:
+    """Return ``text`` as a terminal may print it: every character that does not print as
+    itself (control characters, such as those of a sequence that erases a line, line breaks,
+    invisible format characters) written as its Python escape (``\\x1b``). Everything the
+    command prints from a file (names, dtypes, options, messages quoting them) goes through
+    this."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
+
+
 def error(command: str, message: str) -> None:
     """Print ``message`` as the error of ``blpickle command`` on stderr."""
-    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
+    print(f"{PROG} {command}: error: {shown(message)}", file=sys.stderr)
 
 
 def warn(command: str, message: str) -> None:
     """Print ``message`` as a warning of ``blpickle command`` on stderr."""
-    print(f"{PROG} {command}: warning: {message}", file=sys.stderr)
+    print(f"{PROG} {command}: warning: {shown(message)}", file=sys.stderr)
 
 
 def error_text(exc: BaseException) -> str:

@@ -29,7 +29,7 @@ from ..errors import (
     OptionsError,
     UnsupportedVersionError,
 )
-from ..io.sources import FileSource
+from ..io.sources import READ_SIZE, FileSource
 from ..options import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, Options
 from .chunks import compress_chunk, unpack_chunk
 from .policy import plan_stream_chunk
@@ -55,6 +55,9 @@ _UNKNOWN_COUNT = 1 << 62
 _WRITE, _READ = "wb", "rb"
 #: Chunk buffers kept for reuse (already paged in), in each direction.
 _SPARE_BUFFERS = 2
+#: Reading decompresses ahead at most this many bytes (but one chunk, whatever its size):
+#: fewer threads read a stream of larger chunks.
+READ_AHEAD = 64 << 20
 
 
 class StreamMagicError(BadMagicError):
@@ -281,7 +284,8 @@ class BloscFile(io.RawIOBase):
         self._eof = False
         self._spare_chunks: list[np.ndarray] = []
         self._spare_packed: list[np.ndarray] = []
-        results = map_ordered(self._decompress, self._frames(), _UNKNOWN_COUNT, self._threads)
+        threads = max(1, min(self._threads, READ_AHEAD // chunk_size - 1))  # threads + 1 chunks in flight
+        results = map_ordered(self._decompress, self._frames(), _UNKNOWN_COUNT, threads)
         self._results = cast(Generator[tuple[np.ndarray, memoryview], None, None], results)  # closed by close()
 
     def _frames(self) -> Iterator[tuple]:
@@ -305,8 +309,11 @@ class BloscFile(io.RawIOBase):
                     f"{what} at offset {offset} is sized {nbytes} bytes stored in {csize}: a frame holds "
                     f"1 to {self._chunk_size} bytes in {fmt.BLOSC2_MIN_CHUNK} to {fmt.BLOSC2_MAX_OVERHEAD} more"
                 )
-            packed = self._spare_packed.pop() if self._spare_packed else np.empty(self._packed_size, np.uint8)
-            source.readinto(packed.data[:csize], what)
+            if self._packed_size <= READ_SIZE:  # a reused buffer, of at most 8 MiB before its bytes arrive
+                packed = self._spare_packed.pop() if self._spare_packed else np.empty(self._packed_size, np.uint8)
+                source.readinto(packed.data[:csize], what)
+            else:  # read as it arrives: a declared size allocates no more than the input holds
+                packed = np.frombuffer(source.read(csize, what), np.uint8)
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             full = nbytes == self._chunk_size and self._spare_chunks
             dst = self._spare_chunks.pop() if full else np.empty(nbytes, dtype=np.uint8)
@@ -345,7 +352,7 @@ class BloscFile(io.RawIOBase):
             self._eof = True
             self._current = memoryview(b"")
         else:
-            if len(self._spare_packed) < _SPARE_BUFFERS:
+            if packed.size == self._packed_size <= READ_SIZE and len(self._spare_packed) < _SPARE_BUFFERS:
                 self._spare_packed.append(packed)
         self._offset = 0
         return not self._eof

@@ -36,6 +36,10 @@ FLAG_COMPACT = 2
 COMPACT_OVERHEAD = 16 + 8
 #: The preamble of every compact record up to its size field.
 _COMPACT_PREFIX = struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, VERSION_MINOR, FLAG_COMPACT)
+#: The preambles of the compact records blpickle wrote: from 1.1, which introduced them.
+_COMPACT_PREFIXES = frozenset(
+    struct.pack("<8sBBH", MAGIC, VERSION_MAJOR, minor, FLAG_COMPACT) for minor in range(1, VERSION_MINOR + 1)
+)
 #: A compact record's preamble: that prefix and the pickle's size.
 _COMPACT_START = struct.Struct("<12sI")
 # Bound once: the compact record's functions run for every small object.
@@ -147,16 +151,16 @@ def encode_compact(pickle: Any) -> bytes:
 
 def compact_size(preamble: bytes) -> int | None:
     """Return the pickle size a compact record's 16-byte preamble gives, when it is the one
-    blpickle writes (1.1, flags compact only); None for any other 16 bytes."""
+    blpickle writes (1.1 or later, flags compact only); None for any other 16 bytes."""
     if len(preamble) != PREAMBLE.size:
         return None
     prefix, size = _unpack_compact_start(preamble)
-    return size if prefix == _COMPACT_PREFIX else None
+    return size if prefix in _COMPACT_PREFIXES else None
 
 
 def checked_compact_pickle(data: Any) -> Any:
     """Return the pickle (bytes-like) of the compact record ``data`` holds from its start,
-    once its preamble is the one blpickle writes (1.1, flags compact only) and its checksum is
+    once its preamble is one blpickle writes (1.1 or later, flags compact only) and its checksum is
     right; None for anything else (a full record, damaged input, plain pickle data), which the
     record reader reads or reports in full."""
     if type(data) is not bytes:
@@ -165,6 +169,6 @@ def checked_compact_pickle(data: Any) -> Any:
         return None
     prefix, size = _unpack_compact_start(data)
     end = _PREAMBLE_SIZE + size
-    if prefix != _COMPACT_PREFIX or len(data) < end + _U64_SIZE or _xxh3(data[:end]) != _unpack_u64(data, end)[0]:
+    if prefix not in _COMPACT_PREFIXES or len(data) < end + _U64_SIZE or _xxh3(data[:end]) != _unpack_u64(data, end)[0]:
         return None
     return data[_PREAMBLE_SIZE:end]

@@ -17,6 +17,13 @@ What is not known is never guessed: a ``STACK_GLOBAL`` whose operands are not bo
 strings is reported as ``<computed>``. Every name that is known is reported, until the
 names take ``MAX_GLOBALS_BYTES`` (then `LimitError`).
 
+Its work is bounded by the input it reads, not by what that decompresses to: opcodes are
+read one at a time at most ``MAX_OPS_PER_BYTE`` times the bytes of input read so far (then
+`LimitError`), and a long run of opcodes that only push and pop unknown values (``NONE``,
+``BININT1``, ``MARK``, ``APPENDS``...) is read at once by a regular expression,
+the model's stack forgotten after it (what pickles hold most, and zstd stores thousands of
+times smaller).
+
 A record's pickle stream (protocol 4 and up) is read along its `blpickle.format.layout.Layout`,
 the parser the loader follows too: the opcodes outside the frames are the layout's tokens,
 spliced payloads are not in the stream (their values are unknown), and an opcode may not
@@ -28,15 +35,24 @@ from __future__ import annotations
 import codecs
 import copyreg
 import io
+import pickle
 import pickletools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..errors import CorruptError, LimitError
 from .layout import ARGUMENT, COUNT_WIDTHS, DATA, END, FRAME, OPCODE, SPLICE, Layout
 
-__all__ = ["MAX_GLOBALS_BYTES", "MAX_MEMO_BYTES", "MAX_MEMO_INDICES", "MAX_NAME", "MAX_STACK", "scan_globals"]
+__all__ = [
+    "MAX_GLOBALS_BYTES",
+    "MAX_MEMO_BYTES",
+    "MAX_MEMO_INDICES",
+    "MAX_NAME",
+    "MAX_OPS_PER_BYTE",
+    "MAX_STACK",
+    "scan_globals",
+]
 
 #: Strings (and lines) longer than this are skipped, not kept: their value is unknown.
 MAX_NAME = 1024
@@ -49,6 +65,16 @@ MAX_MEMO_INDICES = 1 << 16
 #: Bytes of the names reported (each counted with ``_ENTRY_COST``).
 MAX_GLOBALS_BYTES = 8 << 20
 _ENTRY_COST = 100
+#: Opcodes read one at a time (and runs, at ``_RUN_BYTE_COST`` per byte) per byte of input
+#: read so far: blpickle's writer stores the densest pickles (a tuple of a million ``None``)
+#: about 3,600 times smaller, but those are runs; a protocol 0 list of zeros, 1,800 opcodes
+#: (lines, read one at a time) per byte.
+MAX_OPS_PER_BYTE = 4096
+#: After this many opcodes in a row that may form a run, the rest of the run is read at once ...
+RUN_START = 32
+#: ... in steps of at most this many bytes (matching a repeated group, the regular expression
+#: engine keeps about 128 bytes per repetition).
+RUN_WINDOW = 4 << 10
 
 COMPUTED = "<computed>"
 
@@ -107,6 +133,31 @@ class _Op:
 
 
 _OPS = {op.code: op for op in map(_Op, pickletools.opcodes)}
+#: Opcodes that only push values the model forgets (and marks, and memo values) and pop values,
+#: with no argument or one of fixed size: a run of them is read at once.
+_RUN_OPS = {op.code: op for op in _OPS.values() if op.action in ("", "mark", "get") and not op.counted and not op.lines}
+
+
+def _tokens(memoize: bool, get: bool) -> bytes:
+    """The regular expression of one opcode of a run with its argument: those of ``_RUN_OPS``
+    (the memo's ``get`` ones only with ``get``), and ``MEMOIZE`` (as a group) with ``memoize``."""
+    ops = [op for op in _RUN_OPS.values() if get or op.action != "get"]
+    tokens = [re.escape(bytes([op.code])) + b"." * op.width for op in ops]
+    if memoize:
+        tokens.append(b"(" + re.escape(pickle.MEMOIZE) + b")")
+    return b"(?:" + b"|".join(tokens) + b")"
+
+
+#: One opcode of a run, with ``MEMOIZE`` (read in a run only while the memo's indices are
+#: those from 0 up: each then stores at a fresh index, its value forgotten).
+_RUN_TOKEN = re.compile(_tokens(True, True), re.DOTALL)
+#: A run, without and with ``MEMOIZE``. It never ends with a ``get`` opcode: the value a get
+#: pushes last (a module's name, for ``STACK_GLOBAL``) is read one opcode at a time.
+_RUN = {
+    memoize: re.compile(_tokens(memoize, True) + b"*" + _tokens(memoize, False), re.DOTALL) for memoize in (False, True)
+}
+#: A run's bytes count as this many opcodes read one at a time.
+_RUN_BYTE_COST = 1 / 16
 
 
 class _Cursor:
@@ -205,6 +256,20 @@ class _Cursor:
             self.pos += take
             if found:
                 return bytes(kept) if length <= MAX_NAME else None
+
+    def run(self, pattern: re.Pattern[bytes], end: float) -> memoryview:
+        """Read the longest match of ``pattern`` here, within the current piece, ``end`` and
+        ``RUN_WINDOW`` bytes; return its bytes (a view of the piece)."""
+        at = self._at
+        stop = min(len(self._piece), at + RUN_WINDOW)
+        if end != float("inf"):
+            stop = min(stop, at + int(end) - self.pos)
+        found = pattern.match(self._piece, at, stop)
+        if found is None:
+            return memoryview(b"")
+        self._at = found.end()
+        self.pos += found.end() - at
+        return self._piece[at : found.end()]
 
     def _check_end(self, size: int, end: float) -> None:
         if self.pos + size > end:
@@ -343,12 +408,16 @@ def _decode(op: _Op, raw: bytes) -> Any:
 
 
 class _Scanner:
-    def __init__(self, pieces: Iterable[Any], layout: Layout | None) -> None:
+    def __init__(self, pieces: Iterable[Any], layout: Layout | None, read: Callable[[], int] | None) -> None:
         self.cursor = _Cursor(pieces)
         self.layout = layout
         self.frame_end: float | None = None  # inside a frame: where it ends
         self.end = float("inf")  # where the current opcode must end: the frame's end, if any
         self.machine = _Machine()
+        self.read = read  # bytes of input read so far
+        self.ops = 0.0  # opcodes read one at a time, and runs at their cost
+        self.allowed = 0.0  # how many they may be, as far as checked
+        self.streak = 0  # opcodes in a row that may form a run
 
     def run(self) -> tuple[str, ...]:
         cursor, layout = self.cursor, self.layout
@@ -378,10 +447,44 @@ class _Scanner:
                     self.machine.push(None)
             else:
                 self.machine.apply(op, self._argument(op))
+            self.ops += 1
+            if self.ops > self.allowed:
+                self._check_work()
+            self.streak = self.streak + 1 if code in _RUN_OPS or code == pickle.MEMOIZE[0] else 0
+            if self.streak >= RUN_START and (layout is None or self.frame_end is not None):
+                self._read_run()
             if cursor.pos == self.end:
                 self._leave_frame()
         self._finish_layout()
         return tuple(self.machine.found)
+
+    def _check_work(self) -> None:
+        """Refuse more than ``MAX_OPS_PER_BYTE`` opcodes read one at a time per byte of input."""
+        if self.read is None:  # the input is the stream itself
+            self.allowed = float("inf")
+            return
+        self.allowed = MAX_OPS_PER_BYTE * self.read()
+        if self.ops > self.allowed:
+            raise LimitError(
+                f"the pickle stream holds over {MAX_OPS_PER_BYTE} opcodes per byte of its record "
+                f"(at offset {self.cursor.pos}, after {self.read()} bytes of input): refused, to bound "
+                "the time reading it takes"
+            )
+
+    def _read_run(self) -> None:
+        """Read at once the rest of a run of opcodes that only push and pop unknown values (and,
+        while the memo is filled from 0 up, ``MEMOIZE``): the stack is forgotten after it (it
+        reads as unknown), and each ``MEMOIZE`` counts an index set."""
+        self.streak = 0
+        machine = self.machine
+        memoize = machine.memo_extra is not None and not machine.memo_extra
+        while run := self.cursor.run(_RUN[memoize], self.end):
+            machine.stack.clear()
+            if memoize and pickle.MEMOIZE in run.tobytes():
+                machine.memo_count += _RUN_TOKEN.findall(run).count(pickle.MEMOIZE)
+            self.ops += len(run) * _RUN_BYTE_COST
+        if self.ops > self.allowed:
+            self._check_work()
 
     def _enter_frame(self) -> None:
         layout = self.layout
@@ -452,23 +555,30 @@ class _Scanner:
 
 
 def scan_globals(
-    pieces: Iterable[Any], protocol: int | None = None, splices: Iterable[tuple[int, int]] = (), nbytes: int = 0
+    pieces: Iterable[Any],
+    protocol: int | None = None,
+    splices: Iterable[tuple[int, int]] = (),
+    nbytes: int = 0,
+    read: Callable[[], int] | None = None,
 ) -> tuple[str, ...]:
     """Return every ``module.name`` the pickle in ``pieces`` would import, in order of first
     use, without running it. With the ``protocol`` of a record (4 and up), read the stream
-    (``nbytes`` long, its payloads at ``splices`` stored apart) along its layout.
+    (``nbytes`` long, its payloads at ``splices`` stored apart) along its layout. ``read``
+    says how many bytes of input the pieces come from so far (a record's, which decompress to
+    more); without it, the pieces are the input.
 
     Raises:
         CorruptError: when the data is not a valid pickle, or not one the loader would read
             the same way (a splice anywhere but at a payload, an opcode across a frame's end).
-        LimitError: when the names it imports take over ``MAX_GLOBALS_BYTES``.
+        LimitError: when the names it imports take over ``MAX_GLOBALS_BYTES``, or it holds
+            over ``MAX_OPS_PER_BYTE`` opcodes (read one at a time) per byte of ``read``.
     """
     layout = None
     if protocol is not None:
         layout = Layout(protocol, splices, nbytes)
         if protocol < 4:
             layout = None
-    return _Scanner(pieces, layout).run()
+    return _Scanner(pieces, layout, read).run()
 
 
 def chunks_of(data: Any, size: int = 1 << 20) -> Iterator[memoryview]:

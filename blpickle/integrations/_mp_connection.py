@@ -23,6 +23,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from ..errors import CorruptError
+from ..io.sources import READ_SIZE
 from . import transport
 from .transport import WireOptions
 
@@ -95,17 +96,34 @@ def _read_exact(fd: int, view: memoryview) -> None:
         done += count
 
 
+def _receive(fd: int, nbytes: int, what: str) -> np.ndarray:
+    """Read ``nbytes`` from ``fd`` into a new array, allocated once its first ``READ_SIZE``
+    bytes (or all of them) have arrived: a size the peer announced allocates no more than 8
+    MiB before its bytes come. (Past those, the array's pages fill as its bytes arrive.)
+
+    Raises:
+        LimitError: when the array cannot be allocated.
+        OSError: when the pipe ends first.
+    """
+    first = np.empty(min(nbytes, READ_SIZE), np.uint8)
+    _read_exact(fd, memoryview(cast(Any, first)))
+    if nbytes == first.size:
+        return first
+    out = transport.allocate(nbytes, what)
+    out[: first.size] = first
+    _read_exact(fd, memoryview(cast(Any, out))[first.size :])
+    return out
+
+
 class _PipeFrames:
     """The `transport.Frames` that follow a message's first part on a pipe, read as needed:
-    raw buffers straight into the memory of their arrays."""
+    raw buffers straight into the memory of their arrays (see `_receive`)."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
 
     def raw(self, nbytes: int) -> np.ndarray:
-        out = np.empty(nbytes, np.uint8)
-        _read_exact(self._fd, memoryview(cast(Any, out)))
-        return out
+        return _receive(self._fd, nbytes, "a raw buffer")
 
     def chunk(self, limit: int) -> np.ndarray:
         prefix = bytearray(_CHUNK.size)
@@ -113,9 +131,7 @@ class _PipeFrames:
         (size,) = _CHUNK.unpack(prefix)
         if size > limit:
             raise CorruptError(f"a compressed chunk of {size} bytes, at most {limit} expected")
-        packed = np.empty(size, np.uint8)
-        _read_exact(self._fd, memoryview(cast(Any, packed)))
-        return packed
+        return _receive(self._fd, size, "a compressed chunk")
 
 
 class Connection(_connection.Connection):

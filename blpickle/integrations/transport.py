@@ -34,7 +34,7 @@ from ..arrays import reduce_ndarray
 from ..engine.buffers import shuffle_typesize
 from ..engine.chunks import compress_chunks, decompress_chunks
 from ..engine.policy import ChunkPlan, plan_raw, plan_transfer
-from ..errors import CorruptError, OptionsError
+from ..errors import CorruptError, LimitError, OptionsError
 from ..options import Options, resolve_options
 
 __all__ = [
@@ -63,6 +63,8 @@ _MAIN = re.compile(re.escape(b"__main__"))
 #: The largest buffer and chunk a peer may announce.
 _MAX_NBYTES = 1 << 62
 _MAX_CHUNK_SIZE = 1 << 31
+#: Receiving decompresses ahead at most this many bytes (but one chunk, whatever its size).
+READ_AHEAD = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,13 +442,27 @@ def max_chunk_frame(chunk_size: int) -> int:
     return chunk_size + _BLOSC2_MAX_OVERHEAD
 
 
+def allocate(nbytes: int, what: str) -> np.ndarray:
+    """Return a new uint8 array of ``nbytes`` for ``what``.
+
+    Raises:
+        LimitError: when it cannot be allocated (a size a peer announced).
+    """
+    try:
+        return np.empty(nbytes, np.uint8)
+    except MemoryError:
+        raise LimitError(f"{what} announces {nbytes} bytes, more than can be allocated") from None
+
+
 def receive_buffers(layout: Iterable[tuple[int, int]], frames: Frames, nthreads: int) -> list[Any]:
     """Receive the out-of-band buffers of a message, laid out as `layout` says: a raw one
-    as its frame, a compressed one decompressed into a new array, several chunks at once
-    (``frames`` may read them as they are needed).
+    as its frame, a compressed one decompressed into a new array, allocated once its first
+    chunk has arrived, several chunks at once but no more than ``READ_AHEAD`` bytes of them
+    (or one chunk) ahead (``frames`` may read them as they are needed).
 
     Raises:
         CorruptError: for an invalid layout, or a frame that does not fit it.
+        LimitError: for a buffer that cannot be allocated.
     """
     buffers = []
     for index, (nbytes, chunk_size) in enumerate(layout):
@@ -454,15 +470,20 @@ def receive_buffers(layout: Iterable[tuple[int, int]], frames: Frames, nthreads:
         if not chunk_size:
             buffers.append(frames.raw(nbytes))
             continue
-        out = np.empty(nbytes, np.uint8)
-        view = memoryview(cast(Any, out))
         limit = max_chunk_frame(chunk_size)
         starts = range(0, nbytes, chunk_size)
+        first = frames.chunk(limit) if nbytes else None
+        out = allocate(nbytes, f"buffer {index}")
+        view = memoryview(cast(Any, out))
         jobs = (
-            (frames.chunk(limit), view[start : start + chunk_size], f"chunk {number} of buffer {index}")
+            (
+                first if number == 0 else frames.chunk(limit),
+                view[start : start + chunk_size],
+                f"chunk {number} of buffer {index}",
+            )
             for number, start in enumerate(starts)
         )
-        decompress_chunks(jobs, len(starts), nthreads)
+        decompress_chunks(jobs, len(starts), max(1, min(nthreads, READ_AHEAD // chunk_size - 1)))
         buffers.append(out)
     return buffers
 

@@ -17,6 +17,7 @@ registers the compressor where it is unpickled) or call `register` in the worker
 
 from __future__ import annotations
 
+import pickletools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ import joblib
 from joblib.compressor import CompressorWrapper
 
 from ...engine.joblib_stream import MAGIC, STREAM_OPTIONS, BloscFile
+from ...errors import CorruptError
 from ...options import Options, resolve_options
 from .store import BlpickleStoreBackend, CorruptItemError, options_for_compress
 
@@ -48,6 +50,8 @@ PREFIX = MAGIC[:1]
 EXTENSION = ".blosc"
 NAME = "blosc"
 BACKEND_NAME = "blpickle"
+#: The first byte of a pickle is one of these.
+_PICKLE_OPCODES = frozenset(ord(op.code) for op in pickletools.opcodes)
 
 
 class BloscCompressorWrapper(CompressorWrapper):
@@ -78,7 +82,23 @@ class BloscCompressorWrapper(CompressorWrapper):
         return BloscFile(fileobj, "wb", compresslevel, options=self.options, try_bitshuffle=self.try_bitshuffle)
 
     def decompressor_file(self, fileobj: Any) -> BloscFile:
-        return BloscFile(fileobj, "rb", options=self.options)
+        return _PickleStream(fileobj, "rb", options=self.options)
+
+
+class _PickleStream(BloscFile):
+    """A stream read for joblib, which always starts it with a pickle: one that does not is
+    refused with a CorruptError (joblib's unpickler would raise a bare ``KeyError``)."""
+
+    def readinto(self, buffer: Any) -> int:
+        first = self.tell() == 0
+        count = super().readinto(buffer)
+        if first and count and memoryview(buffer).cast("B")[0] not in _PICKLE_OPCODES:
+            found = memoryview(buffer).cast("B")[0]
+            raise CorruptError(
+                f"the joblib 'blosc' stream does not hold a pickle: it decompresses to byte {found:#04x} "
+                "first, which is no pickle opcode"
+            )
+        return count
 
 
 class _RegisteringName(str):
