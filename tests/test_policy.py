@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import os
 import pickle
+import struct
 import sys
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from records import with_pickle_stream
 
 import blpickle
+from blpickle.restricted import unpickler as restricted_unpickler
 from blpickle.restricted.unpickler import OBJECTS_SLACK
 
 CALLS: list[str] = []
@@ -220,12 +222,29 @@ def test_a_defaultdict_makes_values_only_with_builtin_types():
     assert CALLS == []
 
 
+def _framed(body: bytes) -> bytes:
+    return b"\x80\x04\x95" + struct.pack("<Q", len(body)) + body
+
+
 def test_a_decompression_bomb_of_containers_is_refused_within_its_budget():
-    # 4 MiB of EMPTY_LIST + MEMOIZE, stored in a few hundred bytes: two million objects
-    bomb = b"\x80\x04]\x94" + b"]\x94" * (2 << 20) + b"."
-    forged = with_pickle_stream(blpickle.dumps([np.ones(100_000, "u1")]), bomb)
+    # 4 MiB of EMPTY_LIST + MEMOIZE in one frame, stored in a few hundred bytes: two million objects
+    forged = with_pickle_stream(blpickle.dumps([np.ones(100_000, "u1")]), _framed(b"]\x94" * (2 << 20) + b"."))
     assert len(forged) < 4096
     with pytest.raises(blpickle.LimitError, match="objects from"):
         blpickle.loads(forged, safe=True)
     # the same objects from a stream stored as it is (no expansion) are paid for by its bytes
     assert len(blpickle.loads(b"\x80\x04]" + b"]\x94a" * (OBJECTS_SLACK + 10) + b".", safe=True)) == OBJECTS_SLACK + 10
+
+
+def test_a_decompression_bomb_of_opcodes_is_refused_within_its_budget(monkeypatch):
+    monkeypatch.setattr(restricted_unpickler, "OPCODES_SLACK", 1 << 12)
+    monkeypatch.setattr(restricted_unpickler, "OPCODES_PER_BYTE", 64)
+    record = blpickle.dumps([np.ones(100_000, "u1")])
+    # opcodes that make nothing (NONE, POP), in a frame
+    with pytest.raises(blpickle.LimitError, match="opcodes from"):
+        blpickle.loads(with_pickle_stream(record, _framed(b"N0" * (1 << 17) + b"N.")), safe=True)
+    # and outside frames, each read checked against the layout
+    with pytest.raises(blpickle.LimitError, match="outside its frames"):
+        blpickle.loads(with_pickle_stream(record, b"\x80\x04" + b"N0" * (1 << 17) + b"N."), safe=True)
+    # a plain pickle of the same opcodes costs its own bytes: no budget
+    assert blpickle.loads(b"\x80\x04" + b"N0" * (1 << 17) + b"N.", safe=True) is None

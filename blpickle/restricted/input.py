@@ -4,23 +4,34 @@ the data is there."""
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable
 from typing import Any
 
-from ..errors import CorruptError
+from ..errors import CorruptError, LimitError
 from ..io.sources import FileSource
 
-__all__ = ["PickleInput"]
+__all__ = ["READS_PER_BYTE", "READS_SLACK", "PickleInput"]
 
 #: The longest text line (protocol 0 arguments) read.
 _MAX_LINE = 1 << 20
+#: Reads outside frames of a decompressed pickle stream of protocol 4 or later, each checked
+#: against the stream's layout, are at most ``READS_SLACK + READS_PER_BYTE * n``, n the bytes
+#: of input read so far: a pickle writes its opcodes in frames, but a forged one may write
+#: millions outside them.
+READS_SLACK = 1 << 14
+READS_PER_BYTE = 16
 
 
 class PickleInput:
     """Reads the pickle stream: a frame at a time (held in memory), the rest from the file."""
 
-    def __init__(self, file: Any) -> None:
+    def __init__(self, file: Any, stored: Callable[[], int] | None = None) -> None:
         self._file = file
         self._source = FileSource(file)
+        # a stream held in memory (protocols 0-3) is read outside frames as it is written
+        self._stored = None if isinstance(file, io.BytesIO) else stored
+        self._reads = 0
         self._frame = b""
         self._pos = 0  # in the frame
         self._end = 0  # the frame's size
@@ -53,6 +64,7 @@ class PickleInput:
             self._pos = end + 1
             return frame[pos : end + 1]
         self._leave_frame()
+        self._count_read()
         line = self._file.readline(_MAX_LINE)
         self._source.pos += len(line)  # read past the source: it counts every byte of the stream
         if not line.endswith(b"\n"):
@@ -76,4 +88,16 @@ class PickleInput:
             TruncatedError: when the file ends first.
         """
         self._leave_frame()
+        self._count_read()
         return bytes(self._source.read(n, "the pickle stream"))
+
+    def _count_read(self) -> None:
+        self._reads += 1
+        if self._stored is None or self._reads & 1023:
+            return
+        limit = READS_SLACK + READS_PER_BYTE * self._stored()
+        if self._reads > limit:
+            raise LimitError(
+                f"the pickle reads over {limit} times outside its frames from {self._stored()} bytes of input "
+                f"(a restricted load reads at most {READS_SLACK} + {READS_PER_BYTE} per byte read)"
+            )

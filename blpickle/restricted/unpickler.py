@@ -41,7 +41,7 @@ from .objects import (
 )
 from .policy import Admitted, Policy
 
-__all__ = ["OBJECTS_PER_BYTE", "OBJECTS_SLACK", "RestrictedUnpickler"]
+__all__ = ["OBJECTS_PER_BYTE", "OBJECTS_SLACK", "OPCODES_PER_BYTE", "OPCODES_SLACK", "RestrictedUnpickler"]
 
 #: The deepest nesting of tuples and frozensets loaded (Python's own recursion limit).
 _MAX_NESTING = 1000
@@ -51,6 +51,10 @@ _MAX_NESTING = 1000
 #: millions of objects.
 OBJECTS_SLACK = 1 << 17
 OBJECTS_PER_BYTE = 64
+#: ... and reads at most ``OPCODES_SLACK + OPCODES_PER_BYTE * n`` opcodes (the limit of
+#: `blpickle.format.scan`, which reads the same stream for inspect and verify).
+OPCODES_SLACK = 1 << 20
+OPCODES_PER_BYTE = 4096
 #: How many objects are made between two looks at the budget.
 _BUDGET_STEP = 4096
 
@@ -100,7 +104,7 @@ class RestrictedUnpickler:
         buffers: Iterable[Any] | None = None,
         stored: Callable[[], int] | None = None,
     ) -> None:
-        self._input = PickleInput(file)
+        self._input = PickleInput(file, stored)
         self._read = self._input.read
         self._policy = policy
         self._fix_imports = fix_imports
@@ -115,7 +119,7 @@ class RestrictedUnpickler:
         self._grants: dict[int, Admitted] = {}  # id -> how each imported global was admitted
         self._refused: dict[str, str] = {}  # module.name -> why, once the load lists refusals
         self._stored = stored
-        self._made_count = 0
+        self._made_count = self._opcode_count = 0
         self._next_look = _BUDGET_STEP
 
     def load(self) -> Any:
@@ -174,8 +178,13 @@ class RestrictedUnpickler:
         self._refused.setdefault(f"{error.module}.{error.name}", error.reason)
 
     def _run(self, table: list[Callable[[RestrictedUnpickler], None] | None]) -> Any:
-        read, stop = self._read, pickle.STOP[0]
+        read, stop, step = self._read, pickle.STOP[0], _BUDGET_STEP
+        count = step
         while True:
+            count -= 1
+            if not count:
+                count = step
+                self._opcodes(step)
             code = read(1)
             if not code:
                 raise TruncatedError("the pickle stream", self._input.offset, 1, 0)
@@ -264,6 +273,18 @@ class RestrictedUnpickler:
         if isinstance(obj, (tuple, frozenset)):
             self._track(obj)
         return obj
+
+    def _opcodes(self, read: int) -> None:
+        """Count ``read`` more opcodes against the budget that the input read so far pays for."""
+        self._opcode_count += read
+        if self._stored is None:
+            return
+        limit = OPCODES_SLACK + OPCODES_PER_BYTE * self._stored()
+        if self._opcode_count > limit:
+            raise LimitError(
+                f"the pickle runs over {limit} opcodes from {self._stored()} bytes of input: a restricted load "
+                f"reads at most {OPCODES_SLACK} + {OPCODES_PER_BYTE} per byte read (a decompression bomb?)"
+            )
 
     def _count(self) -> None:
         """Count one object (a container, a call's result, a memo entry) against the budget
