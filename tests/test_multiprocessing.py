@@ -26,7 +26,6 @@ import blpickle
 from blpickle.integrations import _mp_connection as mp_connection
 from blpickle.integrations import multiprocessing as bmp
 from blpickle.integrations import transport
-from blpickle.io.sources import READ_SIZE
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Python >= 3.12: fork with threads
 
@@ -365,7 +364,7 @@ def test_a_buffer_too_large_to_allocate_is_a_limit_error():
     reader, writer = bmp.Pipe(duplex=False)
     head = mp_connection.HEAD.pack(mp_connection.MAGIC, 2, 0, 0, 1) + mp_connection.DESC.pack(1 << 60, 0)
     writer.send_bytes(head + pickle.dumps(None, protocol=5))
-    sender = threading.Thread(target=lambda: os.write(writer.fileno(), bytes(READ_SIZE)))
+    sender = threading.Thread(target=lambda: os.write(writer.fileno(), bytes(transport.FIRST_READ)))
     sender.start()
     with pytest.raises(blpickle.LimitError, match="a raw buffer announces"):
         reader.recv()

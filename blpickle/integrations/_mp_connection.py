@@ -23,7 +23,6 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from ..errors import CorruptError
-from ..io.sources import READ_SIZE
 from . import transport
 from .transport import WireOptions
 
@@ -97,7 +96,7 @@ def _read_exact(fd: int, view: memoryview) -> None:
 
 
 def _receive(fd: int, nbytes: int, what: str) -> np.ndarray:
-    """Read ``nbytes`` from ``fd`` into a new array, allocated once its first ``READ_SIZE``
+    """Read ``nbytes`` from ``fd`` into a new array, allocated once its first ``transport.FIRST_READ``
     bytes (or all of them) have arrived: a size the peer announced allocates no more than 8
     MiB before its bytes come. (Past those, the array's pages fill as its bytes arrive.)
 
@@ -105,7 +104,7 @@ def _receive(fd: int, nbytes: int, what: str) -> np.ndarray:
         LimitError: when the array cannot be allocated.
         OSError: when the pipe ends first.
     """
-    first = np.empty(min(nbytes, READ_SIZE), np.uint8)
+    first = np.empty(min(nbytes, transport.FIRST_READ), np.uint8)
     _read_exact(fd, memoryview(cast(Any, first)))
     if nbytes == first.size:
         return first

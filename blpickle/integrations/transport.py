@@ -65,6 +65,9 @@ _MAX_NBYTES = 1 << 62
 _MAX_CHUNK_SIZE = 1 << 31
 #: Receiving decompresses ahead at most this many bytes (but one chunk, whatever its size).
 READ_AHEAD = 64 << 20
+#: Bytes of a raw buffer or chunk a peer announces that are read before its whole size is
+#: allocated: a message cannot make the receiver allocate more than it sent plus this.
+FIRST_READ = 8 << 20
 
 
 @dataclasses.dataclass(frozen=True)
