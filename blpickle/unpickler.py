@@ -226,6 +226,8 @@ class Unpickler(pickle.Unpickler):
             if error is exc:
                 raise
             raise error from exc
+        if isinstance(graph, PickleFile):
+            graph.check_rest()
         reader.finish()
         return obj
 
@@ -250,7 +252,12 @@ def _raised_by_called_code(exc: BaseException) -> bool:
 
 
 def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[int, ...]) -> Iterator[Any]:
-    """Yield out-of-band buffers in pickle order, from the caller's at ``external`` slots."""
+    """Yield out-of-band buffers in pickle order, from the caller's at ``external`` slots.
+
+    Raises:
+        LoadError: when the caller's buffers run out at an ``external`` slot (the record
+            is sound: the call lacks buffers).
+    """
     slots = set(external)
     slot = 0
     while True:
@@ -258,6 +265,11 @@ def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[i
         try:
             buffer = next(source)
         except StopIteration:
+            if source is theirs:
+                raise LoadError(
+                    f"this record uses {len(external)} out-of-band buffers kept by the caller when it "
+                    f"was written; buffers= holds only {external.index(slot)}"
+                ) from None
             return
         yield buffer
         slot += 1

@@ -177,12 +177,30 @@ def _other_lines(path: str, detected: Detected) -> list[str]:
     return lines
 
 
-def cmd_info(args: argparse.Namespace) -> int:
-    """Run ``blpickle info``; return the exit status."""
+def _examined(args: argparse.Namespace) -> tuple[str, bytes | None, Detected]:
+    """Return the file a command examines (checked to be readable), the key it was given
+    (None without one) and what the file is, recognised by its first bytes."""
     path = args.file
     check_input(path)
-    key = read_key(args)
-    detected = sniff(path)
+    return path, read_key(args), sniff(path)
+
+
+def _failed(
+    command: str, args: argparse.Namespace, doc: dict[str, Any], message: str, exc: LoadError | None = None
+) -> int:
+    """Report why ``command`` failed: ``doc`` (with the error ``exc``, if given) on stdout with
+    --json, then ``message`` on stderr; return the exit status."""
+    if exc is not None:
+        doc.update(error=error_text(exc), error_type=type(exc).__name__)
+    if args.json:
+        print_json(doc)
+    error(command, message)
+    return EXIT_FAILED
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Run ``blpickle info``; return the exit status."""
+    path, key, detected = _examined(args)
     size = file_size(path)
     doc: dict[str, Any] = {
         "path": path,
@@ -208,11 +226,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     try:
         records, trailing = read_records(path, key)
     except LoadError as exc:
-        doc.update(error=error_text(exc), error_type=type(exc).__name__)
-        if args.json:
-            print_json(doc)
-        error("info", f"{path}: {type(exc).__name__}: {error_text(exc)}")
-        return EXIT_FAILED
+        return _failed("info", args, doc, f"{path}: {type(exc).__name__}: {error_text(exc)}", exc)
     doc["records"] = [r.to_dict() for r in records]
     doc["trailing_bytes"] = trailing
     if args.json:
@@ -232,10 +246,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Run ``blpickle verify``; return the exit status."""
-    path = args.file
-    check_input(path)
-    key = read_key(args)
-    detected = sniff(path)
+    path, key, detected = _examined(args)
     doc: dict[str, Any] = {
         "path": path,
         "format": detected.format,
@@ -245,19 +256,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if detected.format != "blpickle":
         message = f"{path} is {detected.description}: only blpickle records carry checksums to verify"
         doc.update(error=message, error_type="NotARecord")
-        if args.json:
-            print_json(doc)
-        error("verify", message)
-        return EXIT_FAILED
+        return _failed("verify", args, doc, message)
     try:
         records, trailing = read_records(path, key)
     except LoadError as exc:
-        doc.update(error=error_text(exc), error_type=type(exc).__name__)
-        if args.json:
-            print_json(doc)
         problem = "bad signature" if isinstance(exc, SignatureError) else "damaged"
-        error("verify", f"{path}: {problem}: {type(exc).__name__}: {error_text(exc)}")
-        return EXIT_FAILED
+        return _failed("verify", args, doc, f"{path}: {problem}: {type(exc).__name__}: {error_text(exc)}", exc)
     buffers = sum(len(r.buffers) for r in records)
     chunks = sum(b.nchunks for r in records for b in r.buffers)
     doc.update(

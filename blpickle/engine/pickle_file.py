@@ -71,6 +71,16 @@ class PickleFile(io.RawIOBase):
             self.error = exc
             raise
 
+    def check_rest(self) -> None:
+        """Once the unpickler has stopped, wait for the chunks it did not read (those after
+        the pickle's STOP, ignored as pickle ignores them) to be checked and decompressed.
+
+        Raises:
+            LoadError subclasses: for a damaged chunk.
+        """
+        for _ in self._chunks:
+            pass
+
     def _check(self, size: int) -> None:
         """Refuse a read of ``size`` bytes that does not follow the layout: an opcode or an
         argument is read whole, the rest in pieces of at least 9 bytes (but the last)."""

@@ -24,12 +24,12 @@ from typing import Any
 
 import joblib
 
-from ..errors import LoadError, OptionsError
+from ..errors import OptionsError
 from ..io.remote import filesystem
 from ..options import Options, resolve_options
 from ..pickler import dump
 from ..unpickler import load
-from .joblib.store import CorruptItemError, FileSystemStoreBackend, warning_on_failure
+from .joblib.store import BlpickleStoreBackend, warning_on_failure
 
 __all__ = ["BACKEND_NAME", "FsspecStoreBackend", "register"]
 
@@ -42,7 +42,7 @@ CacheItem = collections.namedtuple("CacheItem", "path size last_access")
 _RESULT_DIRECTORY = re.compile("[a-f0-9]{32}")
 
 
-class FsspecStoreBackend(FileSystemStoreBackend):
+class FsspecStoreBackend(BlpickleStoreBackend):
     """A ``joblib.Memory`` store at an fsspec URL, results written with `blpickle.dump`.
 
     ``backend_options`` may hold blpickle options (``codec``, ``clevel``, ``preset``, ...);
@@ -103,33 +103,18 @@ class FsspecStoreBackend(FileSystemStoreBackend):
         """Write ``item`` to ``<location>/<call_id...>/output.pkl`` with `blpickle.dump`
         (published only once complete)."""
         with warning_on_failure():
-            path = "/".join([self.location, *call_id])
+            path = self._join(self.location, *call_id)
             if verbose > 10:
                 print(f"Persisting in {path}")
             dump(item, f"{path}/output.pkl", preset=self.options)
 
-    def load_item(
-        self,
-        call_id: list[str],
-        verbose: int = 1,
-        timestamp: float | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Any:
-        """Read a result with `blpickle.load`.
+    def _join(self, *parts: str) -> str:
+        """Return the URL of a location's item (joined with ``/``, whatever the platform)."""
+        return "/".join(parts)
 
-        Raises:
-            KeyError: when the result is not in the store (joblib then computes it again).
-            CorruptItemError: when the stored result is damaged or truncated.
-        """
-        filename = "/".join([self.location, *call_id, "output.pkl"])
-        if verbose > 1:
-            print(f"Loading {filename}")
-        try:
-            return load(filename, nthreads=self.options.nthreads)
-        except FileNotFoundError:
-            raise KeyError(f"Non-existing item (may have been cleared).\nFile {filename} does not exist") from None
-        except LoadError as exc:
-            raise CorruptItemError(f"the cached result {filename} is damaged: {exc}") from exc
+    def _load_result(self, filename: str, call_id: list[str]) -> Any:
+        """Read the result at the URL ``filename`` with `blpickle.load`."""
+        return load(filename, nthreads=self.options.nthreads)
 
 
 def _modified(info: dict[str, Any]) -> float:

@@ -150,32 +150,39 @@ class BlpickleStoreBackend(FileSystemStoreBackend):  # type: ignore[misc,valid-t
         """Read a result with `blpickle.load` (memory-mapping raw buffers with ``mmap_mode``).
 
         Raises:
-            KeyError: when the result is not in the store.
+            KeyError: when the result is not in the store (joblib then computes it again).
             CorruptItemError: when the stored result is damaged or truncated.
         """
-        full_path = os.path.join(self.location, *call_id)
+        full_path = self._join(self.location, *call_id)
         if verbose > 1:
             _print_loading(full_path, call_id, verbose, timestamp, metadata)
-        filename = os.path.join(full_path, _RESULT)
-        mmap_mode = "r+" if self.mmap_mode == "w+" else self.mmap_mode  # as joblib does
+        filename = self._join(full_path, _RESULT)
         try:
-            file = open(filename, "r+b" if mmap_mode == "r+" else "rb")  # noqa: SIM115 -- closed below
+            return self._load_result(filename, call_id)
         except FileNotFoundError:
             raise KeyError(f"Non-existing item (may have been cleared).\nFile {filename} does not exist") from None
-        with file:
+        except LoadError as exc:
+            raise CorruptItemError(f"the cached result {filename} is damaged: {exc}") from exc
+
+    def _join(self, *parts: str) -> str:
+        """Return the path of a location's item (`os.path.join`: a folder on disk)."""
+        return os.path.join(*parts)
+
+    def _load_result(self, filename: str, call_id: list[str]) -> Any:
+        """Read the result file ``filename``: a blpickle record (its raw buffers mapped with
+        ``mmap_mode``), or a result joblib's own store wrote there."""
+        mmap_mode = "r+" if self.mmap_mode == "w+" else self.mmap_mode  # as joblib does
+        with open(filename, "r+b" if mmap_mode == "r+" else "rb") as file:
             whole = mmap_mode is None and os.fstat(file.fileno()).st_size <= _WHOLE_READ_SIZE
             head = file.read() if whole else file.read(len(fmt.MAGIC))
             if not head.startswith(fmt.MAGIC):  # written by joblib's own store backend
                 return super().load_item(call_id, verbose=0)
             file.seek(0)
-            try:
-                if whole:
-                    return blpickle_loads(head, nthreads=self.options.nthreads)
-                if mmap_mode is None:
-                    return blpickle_load(file, nthreads=self.options.nthreads)
-                return _MemmapUnpickler(file, mmap_mode=mmap_mode, nthreads=self.options.nthreads).load()
-            except LoadError as exc:
-                raise CorruptItemError(f"the cached result {filename} is damaged: {exc}") from exc
+            if whole:
+                return blpickle_loads(head, nthreads=self.options.nthreads)
+            if mmap_mode is None:
+                return blpickle_load(file, nthreads=self.options.nthreads)
+            return _MemmapUnpickler(file, mmap_mode=mmap_mode, nthreads=self.options.nthreads).load()
 
 
 class CorruptItemError(LoadError, ValueError):
