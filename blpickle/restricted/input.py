@@ -8,8 +8,9 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CorruptError, LimitError
+from ..errors import CorruptError
 from ..io.sources import FileSource
+from .budget import Budget
 
 __all__ = ["READS_PER_BYTE", "READS_SLACK", "PickleInput"]
 
@@ -30,8 +31,10 @@ class PickleInput:
         self._file = file
         self._source = FileSource(file)
         # a stream held in memory (protocols 0-3) is read outside frames as it is written
-        self._stored = None if isinstance(file, io.BytesIO) else stored
-        self._reads = 0
+        held = isinstance(file, io.BytesIO)
+        self._reads = Budget(
+            "reads over {} times outside its frames", READS_SLACK, READS_PER_BYTE, None if held else stored
+        )
         self._frame = b""
         self._pos = 0  # in the frame
         self._end = 0  # the frame's size
@@ -64,7 +67,7 @@ class PickleInput:
             self._pos = end + 1
             return frame[pos : end + 1]
         self._leave_frame()
-        self._count_read()
+        self._reads.spend()
         line = self._file.readline(_MAX_LINE)
         self._source.pos += len(line)  # read past the source: it counts every byte of the stream
         if not line.endswith(b"\n"):
@@ -88,16 +91,5 @@ class PickleInput:
             TruncatedError: when the file ends first.
         """
         self._leave_frame()
-        self._count_read()
+        self._reads.spend()
         return bytes(self._source.read(n, "the pickle stream"))
-
-    def _count_read(self) -> None:
-        self._reads += 1
-        if self._stored is None or self._reads & 1023:
-            return
-        limit = READS_SLACK + READS_PER_BYTE * self._stored()
-        if self._reads > limit:
-            raise LimitError(
-                f"the pickle reads over {limit} times outside its frames from {self._stored()} bytes of input "
-                f"(a restricted load reads at most {READS_SLACK} + {READS_PER_BYTE} per byte read)"
-            )

@@ -11,6 +11,7 @@ reach through the stack); what it raises comes out wrapped in a `CallerError`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -156,48 +157,47 @@ def set_state(obj: Any, state: Any) -> None:
 
 def extend(target: Any, items: list[Any]) -> None:
     """Append ``items`` to ``target`` (``APPEND``, ``APPENDS``)."""
-    if type(target) is list:
-        target.extend(items)
-    elif is_builtin(type(target)):
-        raise CorruptError(f"APPEND(S) on a {type(target).__name__}")
-    else:
-        try:
-            extend = getattr(target, "extend", None)
-            if extend is not None:
-                extend(items)
-            else:
-                for item in items:
-                    target.append(item)
-        except Exception as exc:
-            raise CallerError(exc) from exc
+    _fill(target, list, "APPEND(S)", lambda found: found.extend(items), lambda found: _extend(found, items))
 
 
 def set_items(target: Any, items: list[Any]) -> None:
     """Set ``target[key] = value`` for the key/value pairs ``items`` lists (``SETITEM(S)``)."""
-    if type(target) is dict:
-        pairs(items, target)
-    elif is_builtin(type(target)):
-        raise CorruptError(f"SETITEM(S) on a {type(target).__name__}")
-    else:
-        try:
-            for i in range(0, len(items) - 1, 2):
-                target[items[i]] = items[i + 1]
-        except Exception as exc:
-            raise CallerError(exc) from exc
+    _fill(target, dict, "SETITEM(S)", lambda found: pairs(items, found), lambda found: _set_items(found, items))
 
 
 def add_items(target: Any, items: list[Any]) -> None:
     """Add ``items`` to the set ``target`` (``ADDITEMS``)."""
-    if type(target) is set:
-        target.update(items)
+    _fill(target, set, "ADDITEMS", lambda found: found.update(items), lambda found: _add_items(found, items))
+
+
+def _fill(target: Any, kind: type, what: str, builtin: Callable[[Any], Any], other: Callable[[Any], Any]) -> None:
+    """Fill ``target``: a ``kind`` by ``builtin``, an object of an admitted type by its own
+    methods (``other``, run as admitted code); refuse any other builtin or numpy object."""
+    if type(target) is kind:
+        builtin(target)
     elif is_builtin(type(target)):
-        raise CorruptError(f"ADDITEMS on a {type(target).__name__}")
+        raise CorruptError(f"{what} on a {type(target).__name__}")
     else:
-        try:
-            for item in items:
-                target.add(item)
-        except Exception as exc:
-            raise CallerError(exc) from exc
+        _run(other, (target,))
+
+
+def _extend(target: Any, items: list[Any]) -> None:
+    extend = getattr(target, "extend", None)
+    if extend is not None:
+        extend(items)
+    else:
+        for item in items:
+            target.append(item)
+
+
+def _set_items(target: Any, items: list[Any]) -> None:
+    for i in range(0, len(items) - 1, 2):
+        target[items[i]] = items[i + 1]
+
+
+def _add_items(target: Any, items: list[Any]) -> None:
+    for item in items:
+        target.add(item)
 
 
 def pairs(items: list[Any], target: dict[Any, Any]) -> dict[Any, Any]:

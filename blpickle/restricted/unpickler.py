@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..errors import CorruptError, LimitError, TruncatedError, UnsafeLoadError
+from .budget import Budget
 from .input import PickleInput
 from .numpy_state import Pending, array_from_state, dtype_from_state
 from .objects import (
@@ -55,7 +56,7 @@ OBJECTS_PER_BYTE = 64
 #: `blpickle.format.scan`, which reads the same stream for inspect and verify).
 OPCODES_SLACK = 1 << 20
 OPCODES_PER_BYTE = 4096
-#: How many objects are made between two looks at the budget.
+#: Opcodes read between two countings against the budget.
 _BUDGET_STEP = 4096
 
 
@@ -118,9 +119,8 @@ class RestrictedUnpickler:
         self._proto = 0
         self._grants: dict[int, Admitted] = {}  # id -> how each imported global was admitted
         self._refused: dict[str, str] = {}  # module.name -> why, once the load lists refusals
-        self._stored = stored
-        self._made_count = self._opcode_count = 0
-        self._next_look = _BUDGET_STEP
+        self._objects = Budget("makes over {} objects", OBJECTS_SLACK, OBJECTS_PER_BYTE, stored)
+        self._opcodes = Budget("runs over {} opcodes", OPCODES_SLACK, OPCODES_PER_BYTE, stored)
 
     def load(self) -> Any:
         """Return the object the pickle holds.
@@ -184,7 +184,7 @@ class RestrictedUnpickler:
             count -= 1
             if not count:
                 count = step
-                self._opcodes(step)
+                self._opcodes.spend(step)
             code = read(1)
             if not code:
                 raise TruncatedError("the pickle stream", self._input.offset, 1, 0)
@@ -274,31 +274,10 @@ class RestrictedUnpickler:
             self._track(obj)
         return obj
 
-    def _opcodes(self, read: int) -> None:
-        """Count ``read`` more opcodes against the budget that the input read so far pays for."""
-        self._opcode_count += read
-        if self._stored is None:
-            return
-        limit = OPCODES_SLACK + OPCODES_PER_BYTE * self._stored()
-        if self._opcode_count > limit:
-            raise LimitError(
-                f"the pickle runs over {limit} opcodes from {self._stored()} bytes of input: a restricted load "
-                f"reads at most {OPCODES_SLACK} + {OPCODES_PER_BYTE} per byte read (a decompression bomb?)"
-            )
-
     def _count(self) -> None:
         """Count one object (a container, a call's result, a memo entry) against the budget
         that the input read so far pays for."""
-        self._made_count += 1
-        if self._made_count < self._next_look or self._stored is None:
-            return
-        limit = OBJECTS_SLACK + OBJECTS_PER_BYTE * self._stored()
-        if self._made_count > limit:
-            raise LimitError(
-                f"the pickle makes over {limit} objects from {self._stored()} bytes of input: a restricted load "
-                f"makes at most {OBJECTS_SLACK} + {OBJECTS_PER_BYTE} per byte read (a decompression bomb?)"
-            )
-        self._next_look = self._made_count + _BUDGET_STEP
+        self._objects.spend()
 
     def _find_class(self, module: Any, name: Any) -> Any:
         if not isinstance(module, str) or not isinstance(name, str):
@@ -451,24 +430,6 @@ class RestrictedUnpickler:
             if not view.readonly:
                 self._stack[-1] = view.toreadonly()
 
-    def _tuple(self) -> None:
-        self._count()
-        items = tuple(self._pop_mark())
-        self._track(items)
-        self._stack.append(items)
-
-    def _empty_list(self) -> None:
-        self._count()
-        self._stack.append([])
-
-    def _empty_dict(self) -> None:
-        self._count()
-        self._stack.append({})
-
-    def _empty_set(self) -> None:
-        self._count()
-        self._stack.append(set())
-
     def _empty_tuple(self) -> None:
         self._stack.append(())
 
@@ -480,12 +441,6 @@ class RestrictedUnpickler:
         self._count()
         items = self._pop_mark()
         self._stack.append(pairs(items, {}))
-
-    def _frozenset(self) -> None:
-        self._count()
-        items = frozenset(self._pop_mark())
-        self._track(items)
-        self._stack.append(items)
 
     def _append(self) -> None:
         value = self._stack.pop()
@@ -623,6 +578,28 @@ def _push(value: Any) -> Callable[[RestrictedUnpickler], None]:
     return push
 
 
+def _empty(kind: type) -> Callable[[RestrictedUnpickler], None]:
+    """The handler of EMPTY_LIST, EMPTY_DICT or EMPTY_SET."""
+
+    def empty(self: RestrictedUnpickler) -> None:
+        self._count()
+        self._stack.append(kind())
+
+    return empty
+
+
+def _collected(kind: type[tuple[Any, ...]] | type[frozenset[Any]]) -> Callable[[RestrictedUnpickler], None]:
+    """The handler of TUPLE or FROZENSET: the items since the last MARK."""
+
+    def collect(self: RestrictedUnpickler) -> None:
+        self._count()
+        items = kind(self._pop_mark())
+        self._track(items)
+        self._stack.append(items)
+
+    return collect
+
+
 def _tuple_n(n: int) -> Callable[[RestrictedUnpickler], None]:
     """The handler of TUPLE1, TUPLE2 or TUPLE3."""
 
@@ -691,17 +668,17 @@ _HANDLERS: dict[int, Callable[[RestrictedUnpickler], None]] = {
         "BINUNICODE8": RestrictedUnpickler._binunicode8,
         "NEXT_BUFFER": RestrictedUnpickler._next_buffer,
         "READONLY_BUFFER": RestrictedUnpickler._readonly_buffer,
-        "TUPLE": RestrictedUnpickler._tuple,
+        "TUPLE": _collected(tuple),
         "EMPTY_TUPLE": RestrictedUnpickler._empty_tuple,
         "TUPLE1": _tuple_n(1),
         "TUPLE2": _tuple_n(2),
         "TUPLE3": _tuple_n(3),
-        "EMPTY_LIST": RestrictedUnpickler._empty_list,
+        "EMPTY_LIST": _empty(list),
         "LIST": RestrictedUnpickler._list,
-        "EMPTY_DICT": RestrictedUnpickler._empty_dict,
+        "EMPTY_DICT": _empty(dict),
         "DICT": RestrictedUnpickler._dict,
-        "EMPTY_SET": RestrictedUnpickler._empty_set,
-        "FROZENSET": RestrictedUnpickler._frozenset,
+        "EMPTY_SET": _empty(set),
+        "FROZENSET": _collected(frozenset),
         "APPEND": RestrictedUnpickler._append,
         "APPENDS": RestrictedUnpickler._appends,
         "SETITEM": RestrictedUnpickler._setitem,
