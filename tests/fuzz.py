@@ -750,6 +750,8 @@ def _raised_by_called_code(exc: BaseException) -> bool:
     by ``find_class`` (a missing module or name)."""
     *_, (frame, _) = traceback.walk_tb(exc.__traceback__)
     code = frame.f_code
+    if isinstance(exc, Exception) and blpickle.unpickler._raised_by_find_class(exc):
+        return True  # the C unpickler's find_class, on a compact record's fast path: no frame of its own
     return code is _FIND_CLASS.__code__ or not code.co_filename.startswith(_PACKAGE)
 
 
