@@ -7,7 +7,6 @@ here asserts a timing: only that every row is measured and every goal finds its 
 from __future__ import annotations
 
 import json
-import os
 import pickle
 
 import numpy as np
@@ -122,12 +121,3 @@ def test_section_tables_render_every_section_and_its_goals(tmp_path) -> None:
     write_sections(doc, str(tmp_path), "fixed-pipeline")
     with open(tmp_path / "fixed-pipeline.md") as markdown, open(tmp_path / "fixed-pipeline.json") as saved:
         assert markdown.read() == text + "\n" and section_tables.markdown(json.load(saved)) == text
-
-
-def test_durable_pickle_dump_replaces_the_file_whole(tmp_path) -> None:
-    path = str(tmp_path / "out.pkl")
-    fixed_cost.durable_pickle_dump({"first": 1}, path)
-    fixed_cost.durable_pickle_dump([1, 2, 3], path)
-    with open(path, "rb") as file:
-        assert pickle.load(file) == [1, 2, 3]
-    assert sorted(os.listdir(tmp_path)) == ["out.pkl"]
