@@ -1,9 +1,9 @@
-"""The Markdown tables of the fixed-cost, processes and pipeline sections, and their goals,
+"""The Markdown tables of the fixed-cost, processes, pipeline and real-objects sections, and their goals,
 from a saved run (``python -m bench --markdown RESULTS.json``), for docs/benchmarks.md."""
 
 from __future__ import annotations
 
-from . import fixed_cost, pipeline, small_tasks
+from . import fixed_cost, pipeline, real_objects, small_tasks
 from .report import markdown_table
 
 #: Goal texts that belong to each section (the study's goals are in its own report).
@@ -20,6 +20,7 @@ _SECTION_GOALS = (
     "big ",
     "load pipeline",
     "Pareto",
+    "real: ",
 )
 
 
@@ -66,5 +67,12 @@ def markdown(doc: dict) -> str:
         parts += [markdown_table(big_transfers_table(processes["big"])), ""]
     if doc.get("pipeline"):
         parts += ["Pipeline efficiency (MB/s, best (median)):", "", markdown_table(pipeline.table(doc["pipeline"])), ""]
+    if doc.get("real"):
+        parts += [
+            "Real objects (open files in the page cache, no fsync; ms per call, best (median)):",
+            "",
+            markdown_table(real_objects.table(doc["real"])),
+            "",
+        ]
     parts += ["Goals:", "", markdown_table(goals_table(doc["goals"]))]
     return "\n".join(parts)
