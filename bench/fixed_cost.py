@@ -6,7 +6,7 @@ a list of 100 small dicts and 200 arrays of 800 bytes, round trip; a fitted 100-
 forest dumped to and loaded from a path (page cache hot), and dumped to an open file. Neither
 side of a dump to a path fsyncs: ``blpickle.dump(obj, path)`` writes a temporary file and
 renames it over the path (`blpickle.io.files`), pickle's side opens, dumps and closes
-(`pickle_dump_to_path`); the dump to an open file compares the serializers alone. Each sample times a loop of calls long enough to be measured
+(`bench.contenders.pickle_dump_path`); the dump to an open file compares the serializers alone. Each sample times a loop of calls long enough to be measured
 (calibrated per contender); rounds alternate which contender goes first. The figures are
 per call: the best sample and the median one.
 
@@ -27,6 +27,7 @@ import numpy as np
 
 import blpickle
 
+from .contenders import pickle_dump_path, pickle_load_path
 from .datasets import make_forest, same
 from .report import text_table
 from .timing import compare, interleaved
@@ -50,21 +51,10 @@ MEMORY_CODECS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] 
 }
 
 
-def pickle_dump_to_path(obj: Any, path: str) -> None:
-    """``pickle.dump`` to ``path``: open, dump, close (no fsync, as ``blpickle.dump``'s default)."""
-    with open(path, "wb") as file:
-        pickle.dump(obj, file, protocol=5)
-
-
-def _pickle_load(path: str) -> Any:
-    with open(path, "rb") as file:
-        return pickle.load(file)
-
-
 #: Label -> (dump, load) through a path.
 PATH_CODECS: dict[str, tuple[Callable[[Any, str], Any], Callable[[str], Any]]] = {
     "blpickle": (blpickle.dump, blpickle.load),
-    REFERENCE: (pickle_dump_to_path, _pickle_load),
+    REFERENCE: (pickle_dump_path, pickle_load_path),
 }
 
 

@@ -37,6 +37,7 @@ import numpy as np
 
 import blpickle
 
+from .contenders import pickle_dump_path, pickle_load_path
 from .datasets import make_array, make_forest, make_objects
 from .datasets import same as same_array_or_model
 from .goals import REAL_OURS as OURS
@@ -169,16 +170,6 @@ def _pickle_dump(obj: Any, file: IO[bytes]) -> None:
     pickle.dump(obj, file, protocol=5)
 
 
-def _pickle_dump_path(obj: Any, path: str) -> None:
-    with open(path, "wb") as file:
-        pickle.dump(obj, file, protocol=5)
-
-
-def _pickle_load_path(path: str) -> Any:
-    with open(path, "rb") as file:
-        return pickle.load(file)
-
-
 def _save(array: np.ndarray, file: IO[bytes]) -> None:
     np.save(file, array)
 
@@ -218,7 +209,7 @@ def contenders(case: Case, obj: Any) -> list[Contender]:
     path = case.path
     table = [Contender(OURS, blpickle.dump, blpickle.load, path), Contender(REFERENCE, _pickle_dump, pickle.load)]
     if path:
-        table.append(Contender(PATH_REFERENCE, _pickle_dump_path, _pickle_load_path, True))
+        table.append(Contender(PATH_REFERENCE, pickle_dump_path, pickle_load_path, True))
     compressors = [("zlib-3", ("zlib", 3)), ("lz4", "lz4")]
     if "blosc" in joblib.compressor._COMPRESSORS:
         compressors.append(("blosc", "blosc"))
