@@ -10,6 +10,8 @@ Sections (``--section``, default all):
   pipeline   blpickle's throughput over Blosc2's own on the same big buffer (bench/pipeline.py).
   tensors    torch state dicts, an optimizer state, jax and ml_dtypes arrays against pickle's
              size and torch.save/torch.load's speed (bench/tensors.py; needs the tensor extras).
+  real       real objects (DataFrame, CSR, xarray, a forest, many arrays...) against pickle,
+             joblib and numpy, to and from open files (bench/real_objects.py).
 Prints tables and the goals, writes JSON (the study also Markdown and plots).
 
 Run: ``python -m bench [--quick] [--huge] [--section NAME ...] [--only NAME ...] [--dir DIR] [--out DIR]``.
@@ -29,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fixed_cost, goals, pipeline, report, section_tables, small_tasks, tensors
+from . import fixed_cost, goals, pipeline, real_objects, report, section_tables, small_tasks, tensors
 from .contenders import DEFAULT, Contender, blpickle_contender, contenders
 from .datasets import ENTROPIES, SIZES, make_array, make_forest, make_objects, nbytes, same
 from .memory import extra_peak_mib
@@ -162,7 +164,7 @@ class Run:
                 self.run_group(obj, dataset, "graph")
 
 
-SECTIONS = ("study", "fixed", "processes", "pipeline", "tensors")
+SECTIONS = ("study", "fixed", "processes", "pipeline", "tensors", "real")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         if "tensors" in sections:
             doc["tensors"] = tensors.run(args.quick)
             doc["goals"] += [goal.to_dict() for goal in goals.check_tensors(doc["tensors"])]
+        if "real" in sections:
+            doc["real"] = real_objects.run(args.quick, args.dir)
+            doc["goals"] += [goal.to_dict() for goal in goals.check_real(doc["real"])]
     doc["settings"]["seconds"] = round(time.perf_counter() - started)
     doc["settings"]["load_average_at_end"] = os.getloadavg()[0]
     stem = "quick" if args.quick else "huge" if args.huge else "full"
@@ -257,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--markdown",
         metavar="JSON",
-        help="run nothing: print the Markdown tables of the fixed, processes and pipeline sections of a saved run",
+        help="run nothing: print the Markdown tables of the fixed, processes, pipeline and real sections of a saved run",
     )
     return parser
 

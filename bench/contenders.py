@@ -51,12 +51,14 @@ class Contender:
     slow: bool = False
 
 
-def _pickle_dump(obj: Any, path: str) -> None:
+def pickle_dump_path(obj: Any, path: str) -> None:
+    """``pickle.dump`` to ``path``: open, dump, close (no fsync)."""
     with open(path, "wb") as file:
         pickle.dump(obj, file, protocol=5)
 
 
-def _pickle_load(path: str) -> Any:
+def pickle_load_path(path: str) -> Any:
+    """``pickle.load`` from ``path``."""
     with open(path, "rb") as file:
         return pickle.load(file)
 
@@ -97,7 +99,7 @@ def contenders() -> list[Contender]:
         blpickle_contender("blpickle blosclz-5", codec="blosclz", clevel=5),
         blpickle_contender("blpickle zstd-5", codec="zstd", clevel=5),
         blpickle_contender("blpickle zstd-1 bytedelta", codec="zstd", clevel=1, bytedelta=True),
-        Contender("pickle p5", _pickle_dump, _pickle_load, ".pkl"),
+        Contender("pickle p5", pickle_dump_path, pickle_load_path, ".pkl"),
         Contender("np.save", _npy_dump, np.load, ".npy", arrays_only=True),
         Contender("np.savez_compressed", _npz_dump, _npz_load, ".npz", arrays_only=True, slow=True),
         _joblib("joblib zlib-3", ("zlib", 3), slow=True),

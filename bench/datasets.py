@@ -32,20 +32,20 @@ def make_array(entropy: str, n: int, seed: int = 0) -> np.ndarray:
     return out
 
 
-def make_objects() -> dict:
-    """An object-heavy graph with no big buffers: 200k string keys to small tuples."""
-    return {f"k{i}": (i, float(i), str(i)) for i in range(200_000)}
+def make_objects(count: int = 200_000) -> dict:
+    """An object-heavy graph with no big buffers: ``count`` string keys to small tuples."""
+    return {f"k{i}": (i, float(i), str(i)) for i in range(count)}
 
 
-def make_forest() -> Any:
-    """A graph of many small arrays: a fitted 100-tree random forest, or None without sklearn."""
+def make_forest(trees: int = 100) -> Any:
+    """A graph of many small arrays: a fitted random forest, or None without sklearn."""
     try:
         from sklearn.datasets import make_classification
         from sklearn.ensemble import RandomForestClassifier
     except ImportError:
         return None
     x, y = make_classification(n_samples=2000, n_features=20, random_state=0)
-    return RandomForestClassifier(n_estimators=100, random_state=0, n_jobs=1).fit(x, y)
+    return RandomForestClassifier(n_estimators=trees, random_state=0, n_jobs=1).fit(x, y)
 
 
 def nbytes(obj: Any) -> int:

@@ -3,11 +3,10 @@ C pickle (protocol 5), side by side in one run.
 
 Workloads: ``{"a": 1}`` round trip (``loads(dumps(obj))``) and its size; a list of 1,000 ints,
 a list of 100 small dicts and 200 arrays of 800 bytes, round trip; a fitted 100-tree random
-forest dumped to and loaded from a path (page cache hot), and dumped to an open file. Both
-sides of a dump to a path are equally durable: ``blpickle.dump(obj, path)`` writes a temporary
-file, fsyncs it, renames it over the path and fsyncs the directory (`blpickle.io.files`), so
-pickle's side does the same (`durable_pickle_dump`); the dump to an open file (no fsync on
-either side) compares the serializers alone. Each sample times a loop of calls long enough to be measured
+forest dumped to and loaded from a path (page cache hot), and dumped to an open file. Neither
+side of a dump to a path fsyncs: ``blpickle.dump(obj, path)`` writes a temporary file and
+renames it over the path (`blpickle.io.files`), pickle's side opens, dumps and closes
+(`bench.contenders.pickle_dump_path`); the dump to an open file compares the serializers alone. Each sample times a loop of calls long enough to be measured
 (calibrated per contender); rounds alternate which contender goes first. The figures are
 per call: the best sample and the median one.
 
@@ -28,6 +27,7 @@ import numpy as np
 
 import blpickle
 
+from .contenders import pickle_dump_path, pickle_load_path
 from .datasets import make_forest, same
 from .report import text_table
 from .timing import compare, interleaved
@@ -51,31 +51,10 @@ MEMORY_CODECS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any]]] 
 }
 
 
-def durable_pickle_dump(obj: Any, path: str) -> None:
-    """``pickle.dump`` to ``path`` as durably as ``blpickle.dump``: to a temporary file, fsync'd
-    and renamed over ``path``, then the directory fsync'd."""
-    temporary = f"{path}.tmp"
-    with open(temporary, "wb") as file:
-        pickle.dump(obj, file, protocol=5)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
-def _pickle_load(path: str) -> Any:
-    with open(path, "rb") as file:
-        return pickle.load(file)
-
-
 #: Label -> (dump, load) through a path.
 PATH_CODECS: dict[str, tuple[Callable[[Any, str], Any], Callable[[str], Any]]] = {
     "blpickle": (blpickle.dump, blpickle.load),
-    REFERENCE: (durable_pickle_dump, _pickle_load),
+    REFERENCE: (pickle_dump_path, pickle_load_path),
 }
 
 

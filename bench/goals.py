@@ -376,3 +376,77 @@ def check_tensors(doc: dict) -> list[Goal]:
         Goal("tensors: open(path)[name] over a full load", ">=", TENSOR_OPEN_SPEEDUP, {"best": fp32["open"]["speedup"]})
     )
     return found
+
+
+#: The names of blpickle's default and pickle's rows in `bench.real_objects`.
+REAL_OURS, REAL_REFERENCE, REAL_PATH_REFERENCE = "blpickle", "pickle p5", "pickle p5 via a path"
+
+
+def real_relative(rows: list[dict], case: str, method: str, what: str, reference: str = REAL_REFERENCE) -> float | None:
+    """``reference``'s best time over ``method``'s for ``what`` (dump, load) in ``case``;
+    for ``size``, the reference's file size over the method's. None if either is missing."""
+    found = {r["method"]: r for r in rows if r["case"] == case}
+    ours, theirs = found.get(method), found.get(reference)
+    if ours is None or theirs is None:
+        return None
+    if what == "size":
+        return theirs["file_bytes"] / ours["file_bytes"]
+    return theirs[what]["min"] / ours[what]["min"]
+
+
+#: Issue 29's goals on real objects: case -> least (dump, load) speed relative to pickle's
+#: (to an open file, whichever way blpickle goes).
+REAL_SPEEDS = {
+    "noisy float64, 80 KB": (0.5, 0.5),
+    "noisy float64, 800 KB": (0.7, 0.8),
+    "noisy float64, 8 MB": (0.8, 1.0),
+    "dict of 50 mixed arrays of 2 MB": (0.8, 1.0),
+    "DataFrame, 1M rows": (0.8, 1.0),
+    "CSR matrix, 5M nonzeros": (0.8, 1.0),
+    "xarray Dataset, 3 x 20 MB": (0.8, 1.0),
+    "forest (100 trees) via a path": (0.8, 0.8),
+    "200k-entry dict": (0.9, 0.9),
+}
+#: Objects made of numpy buffers, whose file must be smaller than pickle's.
+REAL_SMALLER = (
+    "dict of 50 mixed arrays of 2 MB",
+    "DataFrame, 1M rows",
+    "CSR matrix, 5M nonzeros",
+    "xarray Dataset, 3 x 20 MB",
+)
+#: blpickle's throughput on many arrays over its throughput on one array of the same bytes.
+REAL_MANY_ARRAYS = ("500 arrays of 200 KB", "1 array of 100 MB", 0.85)
+#: A small object dumped to a path, over pickle's open + dump + close.
+REAL_SMALL_PATH = ("small dict of arrays via a path", 0.5)
+
+
+def check_real(rows: list[dict]) -> list[Goal]:
+    """Issue 29's goals on the rows of `bench.real_objects` (best samples)."""
+
+    def measured(case: str, what: str, reference: str | None = None) -> dict[str, float]:
+        value = real_relative(rows, case, REAL_OURS, what, *((reference,) if reference else ()))
+        return {} if value is None else {what: value}
+
+    goals = []
+    for case, speeds in REAL_SPEEDS.items():
+        for what, least in zip(("dump", "load"), speeds, strict=True):
+            goals.append(
+                Goal(f"real: {case}, {what} >= {least:.2g}x pickle's speed", ">=", least, measured(case, what))
+            )
+    for case in REAL_SMALLER:
+        goals.append(Goal(f"real: {case}, file smaller than pickle's", ">", 1, measured(case, "size")))
+    many, one, least = REAL_MANY_ARRAYS
+    for what in ("dump", "load"):
+        found = {r["case"]: r for r in rows if r["method"] == REAL_OURS}
+        value = {what: found[one][what]["min"] / found[many][what]["min"]} if many in found and one in found else {}
+        goals.append(Goal(f"real: {many}, {what} >= {least:.2g}x the throughput of {one}", ">=", least, value))
+    case, least = REAL_SMALL_PATH
+    goals.append(
+        Goal(
+            f"real: {case}, dump >= {least:.2g}x pickle's open + dump + close",
+            ">=",
+            least,
+            measured(case, "dump", REAL_PATH_REFERENCE),
+        )
+    )
+    return goals

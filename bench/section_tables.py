@@ -1,9 +1,9 @@
-"""The Markdown tables of the fixed-cost, processes, pipeline and tensors sections, and their goals,
+"""The Markdown tables of the fixed-cost, processes, pipeline, tensors and real-objects sections, and their goals,
 from a saved run (``python -m bench --markdown RESULTS.json``), for docs/benchmarks.md."""
 
 from __future__ import annotations
 
-from . import fixed_cost, pipeline, small_tasks, tensors
+from . import fixed_cost, pipeline, real_objects, small_tasks, tensors
 from .report import markdown_table
 
 #: Goal texts that belong to each section (the study's goals are in its own report).
@@ -21,6 +21,7 @@ _SECTION_GOALS = (
     "load pipeline",
     "tensors:",
     "Pareto",
+    "real: ",
 )
 
 
@@ -69,5 +70,12 @@ def markdown(doc: dict) -> str:
         parts += ["Pipeline efficiency (MB/s, best (median)):", "", markdown_table(pipeline.table(doc["pipeline"])), ""]
     if doc.get("tensors"):
         parts += ["Tensors (ms, best (median)):", "", markdown_table(tensors.table(doc["tensors"]["rows"])), ""]
+    if doc.get("real"):
+        parts += [
+            "Real objects (open files in the page cache, no fsync; ms per call, best (median)):",
+            "",
+            markdown_table(real_objects.table(doc["real"])),
+            "",
+        ]
     parts += ["Goals:", "", markdown_table(goals_table(doc["goals"]))]
     return "\n".join(parts)

@@ -7,7 +7,6 @@ here asserts a timing: only that every row is measured and every goal finds its 
 from __future__ import annotations
 
 import json
-import os
 import pickle
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 
 import blpickle
 
-from . import fixed_cost, goals, pipeline, processes_bench, section_tables, small_tasks, tensors, timing
+from . import fixed_cost, goals, pipeline, processes_bench, real_objects, section_tables, small_tasks, tensors, timing
 from .__main__ import write_sections
 
 
@@ -124,15 +123,6 @@ def test_section_tables_render_every_section_and_its_goals(tmp_path) -> None:
         assert markdown.read() == text + "\n" and section_tables.markdown(json.load(saved)) == text
 
 
-def test_durable_pickle_dump_replaces_the_file_whole(tmp_path) -> None:
-    path = str(tmp_path / "out.pkl")
-    fixed_cost.durable_pickle_dump({"first": 1}, path)
-    fixed_cost.durable_pickle_dump([1, 2, 3], path)
-    with open(path, "rb") as file:
-        assert pickle.load(file) == [1, 2, 3]
-    assert sorted(os.listdir(tmp_path)) == ["out.pkl"]
-
-
 def test_tensor_rows_feed_the_table_and_every_goal(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     jnp = pytest.importorskip("jax.numpy")
@@ -151,3 +141,28 @@ def test_tensor_rows_feed_the_table_and_every_goal(tmp_path) -> None:
     assert len(checked) == 8 and {goal.status for goal in checked} <= {"PASS", "FAIL"}, [g.summary for g in checked]
     assert len(tensors.table(rows)) == len(rows) + 1
     assert tensors.parameters_survive()
+
+
+def test_real_objects_measure_every_contender_and_feed_every_goal(tmp_path) -> None:
+    for library in ("pandas", "scipy", "xarray", "sklearn"):
+        pytest.importorskip(library)
+    rows = real_objects.run(quick=True, directory=str(tmp_path), scale=0.001)
+    assert {row["case"] for row in rows} == {case.name for case in real_objects.cases()}
+    methods = {(row["case"], row["method"]) for row in rows}
+    assert ("noisy float64, 80 KB", "np.save") in methods and ("20,000 small arrays", "np.savez") in methods
+    assert ("forest (100 trees) via a path", real_objects.PATH_REFERENCE) in methods
+    assert all(row["dump"]["runs"] and row["load"]["runs"] and row["file_bytes"] > 0 for row in rows)
+    checked = goals.check_real(rows)
+    assert {goal.status for goal in checked} <= {"PASS", "FAIL"}, [g.summary for g in checked]
+    assert len(real_objects.table(rows)) == len(rows) + 1
+    assert "| noisy float64, 80 KB / blpickle |" in section_tables.markdown({"real": rows, "goals": []})
+
+
+def test_real_objects_compare_what_they_load() -> None:
+    pytest.importorskip("pandas")
+    frame = real_objects.make_frame(100)
+    assert real_objects.same(frame, frame.copy())
+    assert not real_objects.same(frame, frame.astype({"quantity": "float64"}))
+    arrays = {"a": np.arange(3), "name": "x"}
+    assert real_objects.same(arrays, {"a": np.arange(3), "name": "x"})
+    assert not real_objects.same(arrays, {"a": np.arange(3.0), "name": "x"})

@@ -411,12 +411,14 @@ def dump(
     fix_imports: bool = True,
     buffer_callback: BufferCallback | None = None,
     key: bytes | None = None,
+    durable: bool = False,
     **options: Any,
 ) -> None:
     """Write ``obj`` to ``file`` as a blpickle record.
 
     Writing to a path is atomic: a regular file is replaced only once the record is complete
-    and on the device; FIFOs and devices are written in place.
+    (a killed process leaves the old file or the new one); FIFOs and devices are written in
+    place. Like ``pickle``, nothing is flushed to the device unless ``durable`` is true.
 
     Args:
         obj: the object to pickle.
@@ -430,6 +432,9 @@ def dump(
             caller, who passes them to `load` as ``buffers=``.
         key: sign the record with HMAC-SHA256 under this key (non-empty bytes);
             ``load(..., key=key)`` checks it.
+        durable: for a path, flush the file and its directory to the device (``fsync``)
+            around the rename, so that the new record survives a power loss or an OS crash
+            once ``dump`` returns; ignored for file objects and URLs.
         **options: `blpickle.Options` fields (``codec``, ``clevel``, ``shuffle``,
             ``bytedelta``, ``chunk_size``, ``nthreads``, ``pickler``) or ``preset`` (a name
             of `blpickle.PRESETS` or an `Options`), validated before anything is written.
@@ -448,7 +453,7 @@ def dump(
         if is_url(file):
             file = stack.enter_context(remote.writing(file))
         elif isinstance(file, (str, os.PathLike)):
-            file = stack.enter_context(atomic_write(file))
+            file = stack.enter_context(atomic_write(file, durable=durable))
         pickler = _PICKLERS[resolved.pickler](
             file, protocol, fix_imports=fix_imports, buffer_callback=buffer_callback, key=key, preset=resolved
         )
@@ -466,7 +471,7 @@ def dumps(
 ) -> bytes:
     """Return ``obj`` as a blpickle record in a bytes object.
 
-    Takes the arguments of `dump` but ``file``.
+    Takes the arguments of `dump` but ``file`` (and ``durable``, which concerns paths).
 
     Example:
         ```python

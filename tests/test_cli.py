@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import pickle
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -442,6 +443,16 @@ def test_convert_with_codec_options_and_explicit_formats(call, files, tmp_path):
     source = tmp_path / "noext"
     source.write_bytes(files["x.pkl"].read_bytes())
     assert call("convert", source, tmp_path / "y.blp", "--from", "pickle").returncode == 0
+
+
+@pytest.mark.parametrize("name", ["out.blp", "out.pkl"])
+def test_convert_fsyncs_the_output_only_with_durable(call, files, tmp_path, monkeypatch, name):
+    synced: list[bool] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(stat.S_ISREG(os.fstat(fd).st_mode)))
+    assert call("convert", files["x.pkl"], tmp_path / name).returncode == 0
+    assert synced == []
+    assert call("convert", files["x.pkl"], tmp_path / name, "--force", "--durable").returncode == 0
+    assert synced == [True, False]  # the file, then its directory
 
 
 def test_convert_signs_with_a_key(call, files, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import TypeGuard
 
 import blosc2
 import numpy as np
@@ -149,6 +150,33 @@ def test_map_ordered_keeps_order_and_stops_cleanly_on_an_error():
     assert [next(results) for _ in range(50)] == list(range(50))
     with pytest.raises(ValueError, match="item 50"):
         next(results)
+
+
+@pytest.mark.parametrize(("count", "nthreads"), [(100, 3), (100, 1), (1, 3)])
+def test_map_ordered_hands_skipped_items_back_in_their_place(count, nthreads):
+    called: list[int] = []
+
+    def double(item: int) -> int:
+        called.append(item)
+        return item * 2
+
+    def is_str(item: object) -> TypeGuard[str]:
+        return isinstance(item, str)
+
+    items = [f"s{i}" if i % 7 == 0 else i for i in range(100)]
+    expected = [item if isinstance(item, str) else item * 2 for item in items]
+    assert list(map_ordered(double, iter(items), count, nthreads, skip=is_str)) == expected
+    assert sorted(called) == [item for item in items if isinstance(item, int)]
+
+
+def test_records_mixing_raw_and_compressed_buffers_round_trip_signed():
+    """Raw and compressed buffers of one record go through one pipeline, frames in order."""
+    rng = np.random.default_rng(0)
+    obj = [np.arange(300_000) if i % 3 else rng.random(20_000) for i in range(12)]  # 2.4 MB ramps, 160 KB noise
+    data = blpickle.dumps(obj, key=b"key", nthreads=2, chunk_size=1 << 20)
+    raws = [stream.raw for stream in blpickle.inspect(data, key=b"key").buffers]
+    assert any(raws) and not all(raws)
+    assert all(np.array_equal(a, b) for a, b in zip(blpickle.loads(data, key=b"key"), obj, strict=True))
 
 
 @pytest.mark.parametrize("nthreads", [1, 2])

@@ -168,13 +168,28 @@ def test_dump_writes_into_devices_in_place(tmp_path):
     assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
 
 
-def test_regular_files_are_replaced_after_an_fsync(tmp_path, monkeypatch):
-    calls = []
+def _syncs_and_renames(monkeypatch) -> list[tuple[str, bool | None]]:
+    """Record each ``os.fsync`` (whether of a regular file) and ``os.replace``, in order."""
+    calls: list[tuple[str, bool | None]] = []
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", stat.S_ISREG(os.fstat(fd).st_mode))))
     replace = os.replace
     monkeypatch.setattr(os, "replace", lambda *paths: (calls.append(("replace", None)), replace(*paths)))
-    blpickle.dump(OBJECT, tmp_path / "data.blp")
+    return calls
+
+
+def test_durable_dumps_fsync_the_file_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
+    calls = _syncs_and_renames(monkeypatch)
+    blpickle.dump(OBJECT, tmp_path / "data.blp", durable=True)
     assert calls == [("fsync", True), ("replace", None), ("fsync", False)]  # the file, then its directory
+    assert _same(blpickle.load(tmp_path / "data.blp"))
+
+
+def test_dumps_to_a_path_are_renamed_into_place_without_fsync_by_default(tmp_path, monkeypatch):
+    calls = _syncs_and_renames(monkeypatch)
+    blpickle.dump(OBJECT, tmp_path / "data.blp")
+    assert calls == [("replace", None)]
+    assert _same(blpickle.load(tmp_path / "data.blp"))
+    assert os.listdir(tmp_path) == ["data.blp"]
 
 
 def test_paths_expand_the_home_directory(tmp_path, monkeypatch):

@@ -439,13 +439,15 @@ def test_dump_to_a_path_is_atomic(tmp_file):
 
 
 @pytest.mark.skipif(blpickle.io.files._sync_file_range is None, reason="sync_file_range is Linux's")
-def test_dump_to_a_path_starts_writing_out_as_it_goes(tmp_path, monkeypatch):
+def test_durable_dump_to_a_path_starts_writing_out_as_it_goes(tmp_path, monkeypatch):
     calls = []
     sync = blpickle.io.files._sync_file_range
     monkeypatch.setattr(blpickle.io.files, "WRITEBACK_STEP", 1 << 20)
     monkeypatch.setattr(blpickle.io.files, "_sync_file_range", lambda *args: calls.append(args[1:]) or sync(*args))
     array = np.random.default_rng(0).random(1_000_000)  # 8 MB that do not compress
-    blpickle.dump(array, tmp_path / "x.blp", chunk_size=1 << 20)
+    blpickle.dump(array, tmp_path / "y.blp", chunk_size=1 << 20)
+    assert not calls  # without durable=True nothing is forced out
+    blpickle.dump(array, tmp_path / "x.blp", chunk_size=1 << 20, durable=True)
     assert_same_array(array, blpickle.load(tmp_path / "x.blp"))
     assert len(calls) >= 3  # one each time a MiB or more was written
     ends = [start + length for start, length, _ in calls]

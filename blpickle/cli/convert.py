@@ -76,6 +76,9 @@ def add_commands(commands: Any) -> None:
         help="joblib output: a compressor, name:level or level (zlib:3, lz4, blosc, 3); "
         "npz output: zlib or zlib:level (deflate the arrays)",
     )
+    convert.add_argument(
+        "--durable", action="store_true", help="flush OUT and its directory to the device (fsync) before exiting"
+    )
     convert.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_load_options(convert, "IN")
     add_key_options(
@@ -147,6 +150,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
                 compress=args.compress,
                 key=key if target_format == "blpickle" else None,
                 options=options,
+                durable=args.durable,
             )
         except (UsageError, ConversionError):
             raise

@@ -118,9 +118,10 @@ def file_size(path: str) -> int:
 
 
 @contextlib.contextmanager
-def _output(path: str) -> Iterator[BinaryIO]:
-    """Yield a binary file that replaces ``path``, or writes to a URL, once the block succeeds."""
-    with writing(path) if is_url(path) else atomic_write(path) as file:
+def _output(path: str, durable: bool) -> Iterator[BinaryIO]:
+    """Yield a binary file that replaces ``path`` (fsync'd if ``durable``: see `atomic_write`),
+    or writes to a URL, once the block succeeds."""
+    with writing(path) if is_url(path) else atomic_write(path, durable=durable) as file:
         yield file
 
 
@@ -390,9 +391,10 @@ def write_object(
     compress: str | None = None,
     key: bytes | None = None,
     options: Mapping[str, Any] | None = None,
+    durable: bool = False,
 ) -> None:
     """Write ``obj`` to ``path`` (or a URL) as a ``format`` file, atomically (the file is
-    replaced only when the write succeeds).
+    replaced only when the write succeeds), flushed to the device if ``durable``.
 
     ``compress`` is joblib's compressor (``"zlib:3"``, ``"lz4"``, ``"blosc"``, a level) for
     joblib output, or any value for compressed .npz; ``options`` and ``key`` are blpickle's.
@@ -410,24 +412,24 @@ def write_object(
     if compress is not None and format not in ("joblib", "npz"):
         raise UsageError(f"--compress applies to joblib and npz output only; the output is a {format} file")
     if format == "blpickle":
-        blpickle_dump(obj, path, protocol, key=key, **options)
+        blpickle_dump(obj, path, protocol, key=key, durable=durable, **options)
     elif format == "pickle":
-        with _output(path) as file:
+        with _output(path, durable) as file:
             pickle.dump(obj, file, pickle.HIGHEST_PROTOCOL if protocol is None else protocol)
     elif format == "joblib":
         joblib = _need_joblib()
         value = parse_joblib_compress(compress)
-        with _output(path) as file:
+        with _output(path, durable) as file:
             joblib.dump(obj, file, compress=value, protocol=protocol)
     elif format == "npy":
         array = _plain_array(obj, "the object", ".npy")
-        with _output(path) as file:
+        with _output(path, durable) as file:
             np.save(file, array, allow_pickle=False)
     elif format == "npz":
         arrays = npz_arrays(obj)
         compression = zipfile.ZIP_STORED if compress is None else zipfile.ZIP_DEFLATED
         with (
-            _output(path) as file,
+            _output(path, durable) as file,
             zipfile.ZipFile(file, "w", compression, allowZip64=True) as archive,
         ):
             for name, array in arrays.items():  # as numpy.savez does

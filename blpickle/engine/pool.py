@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Any, TypeGuard, TypeVar, overload
 
 import blosc2
 
@@ -20,6 +20,7 @@ __all__ = ["map_ordered", "shared_pool"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+S = TypeVar("S")
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -48,27 +49,59 @@ def shared_pool(nthreads: int) -> ThreadPoolExecutor:
         return _POOLS[nthreads]
 
 
-def map_ordered(fn: Callable[[T], R], items: Iterable[T], count: int, nthreads: int) -> Iterator[R]:
-    """Yield ``fn(item)`` in order, running up to ``nthreads`` calls at once in a shared pool.
+@overload
+def map_ordered(fn: Callable[[T], R], items: Iterable[T], count: int, nthreads: int) -> Iterator[R]: ...
 
-    At most ``nthreads + 1`` items are in flight, so memory stays bounded. ``count`` is the
-    number of items expected (any large number when unknown): a single item, or a single
+
+@overload
+def map_ordered(
+    fn: Callable[[T], R], items: Iterable[T | S], count: int, nthreads: int, skip: Callable[[object], TypeGuard[S]]
+) -> Iterator[R | S]: ...
+
+
+def map_ordered(
+    fn: Callable[[Any], Any],
+    items: Iterable[Any],
+    count: int,
+    nthreads: int,
+    skip: Callable[[object], bool] | None = None,
+) -> Iterator[Any]:
+    """Yield ``fn(item)`` in order, running up to ``nthreads`` calls at once in a shared pool;
+    items for which ``skip(item)`` is true are yielded as they are, in their place (for the
+    caller to handle while the pool works on the items after them).
+
+    At most ``nthreads + 1`` calls are in flight, so memory stays bounded. ``count`` is the
+    number of calls expected (any large number when unknown): a single call, or a single
     thread, runs inline. On an error, or when the iterator is closed early, calls already
     running finish before it returns (their memory may be in use).
     """
     if nthreads == 1 or count <= 1:
-        yield from map(fn, items)
+        for item in items:
+            yield item if skip is not None and skip(item) else fn(item)
         return
     pool = shared_pool(nthreads)
-    pending: deque[Future[R]] = deque()
+    pending: deque[tuple[Future[Any] | None, Any]] = deque()
+    running = 0
     try:
         for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) > nthreads:
-                yield pending.popleft().result()
+            if skip is not None and skip(item):
+                pending.append((None, item))
+                continue
+            pending.append((pool.submit(fn, item), item))
+            running += 1
+            # hand back in order: a call once too many run, a skipped item once the pool is busy
+            while pending and (running > nthreads or (pending[0][0] is None and running >= nthreads)):
+                future, done = pending.popleft()
+                if future is None:
+                    yield done
+                else:
+                    running -= 1
+                    yield future.result()
         while pending:
-            yield pending.popleft().result()
+            future, done = pending.popleft()
+            yield done if future is None else future.result()
     finally:
-        for future in pending:
+        futures = [future for future, _ in pending if future is not None]
+        for future in futures:
             future.cancel()
-        wait(pending)
+        wait(futures)

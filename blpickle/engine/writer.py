@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 
 from .. import format as fmt
 from ..errors import DumpError
@@ -66,6 +66,11 @@ class PackedStream:
     def _compress(self, chunk: bytes, started: threading.Event) -> bytes:
         started.set()
         return compress_chunk(chunk, self.plan.cparams)
+
+    @property
+    def nchunks(self) -> int:
+        """The number of chunks added so far."""
+        return len(self._chunks)
 
     def packed(self) -> Iterator[bytes]:
         """Yield the compressed chunks in order, waiting for each.
@@ -221,15 +226,18 @@ def write_record(
     digests: list[bytes] = []
     sign = key is not None
     raw_threads = nthreads if _writes_to_os(file) else 1  # a copy into memory holds the GIL
-    for info, payload, plan in zip(header.streams, payloads, plans, strict=True):
+    jobs = _frame_jobs(header.streams, payloads, plans, header_checksum, sign)
+    count = sum(plan.nchunks(p.nbytes) for p, plan in zip(payloads, plans, strict=True) if not _written_here(p, plan))
+    for job in map_ordered(_compress_job, jobs, count, nthreads, skip=_is_stream):
         frames: Iterable[Frame]
-        if isinstance(payload, PackedStream):
-            frames = _write_packed_stream(out, payload, header_checksum, len(index), sign)
-        elif plan.raw:
-            seed = fmt.frame_seed(header_checksum, len(index))
-            frames = [_write_raw_frame(out, payload, seed, sign, raw_threads)] if info.nbytes else []
+        if isinstance(job, _Stream):
+            frames = _write_stream(out, job, header_checksum, sign, raw_threads)
         else:
-            frames = _write_chunked(out, payload, plan, header_checksum, len(index), sign, nthreads)
+            packed, checksum, digest = job
+            frames = [(out.pos, len(packed), checksum, digest)]
+            out.write(fmt.U64.pack(len(packed)))
+            out.write(packed)
+            out.write(fmt.U64.pack(checksum))
         for offset, csize, checksum, digest in frames:
             index.add(offset, csize, checksum)
             if digest is not None:
@@ -241,28 +249,66 @@ def write_record(
     out.write(fmt.U64.pack(len(trailer)) + trailer + footer)
 
 
-def _write_chunked(
-    out: CountingWriter, payload: Payload, plan: ChunkPlan, header_checksum: int, first: int, sign: bool, nthreads: int
-) -> Iterator[Frame]:
-    """Compress a buffer's chunks in the pool (with their checksums and digests) and write
-    their frames in order as they come."""
+@dataclasses.dataclass(frozen=True)
+class _Stream:
+    """A stream whose frames the writing thread writes itself (a raw one, or a
+    PackedStream), numbered from ``first_frame``."""
 
-    def compress(job: tuple[int, Any]) -> tuple[bytes, int, bytes | None]:
-        frame, piece = job
-        packed = compress_chunk(piece, plan.cparams)
-        return (
-            packed,
-            fmt.checksum(packed, fmt.frame_seed(header_checksum, frame)),
-            (fmt.frame_digest(packed) if sign else None),
-        )
+    payload: Payload | PackedStream
+    first_frame: int
 
-    jobs = enumerate(payload.chunks(plan.chunk_size), start=first)
-    for packed, checksum, digest in map_ordered(compress, jobs, plan.nchunks(payload.nbytes), nthreads):
-        offset = out.pos
-        out.write(fmt.U64.pack(len(packed)))
-        out.write(packed)
-        out.write(fmt.U64.pack(checksum))
-        yield offset, len(packed), checksum, digest
+
+#: A chunk to compress in the pool: its data, the ``compress2`` arguments, its checksum's seed.
+_Chunk = tuple[Any, Mapping[str, Any], int, bool]
+
+
+def _written_here(payload: Payload | PackedStream, plan: ChunkPlan) -> bool:
+    return isinstance(payload, PackedStream) or plan.raw
+
+
+def _is_stream(job: object) -> TypeGuard[_Stream]:
+    return isinstance(job, _Stream)
+
+
+def _frame_jobs(
+    streams: Sequence[fmt.StreamInfo],
+    payloads: Sequence[Payload | PackedStream],
+    plans: Sequence[ChunkPlan],
+    header_checksum: int,
+    sign: bool,
+) -> Iterator[_Stream | _Chunk]:
+    """The frames of a record in order: every chunk of a compressed buffer, to compress in the
+    pool (all buffers' chunks in one pipeline, so that the next buffers compress while this
+    one is written), and the streams the writing thread writes itself."""
+    frame = 0
+    for info, payload, plan in zip(streams, payloads, plans, strict=True):
+        if isinstance(payload, PackedStream):
+            yield _Stream(payload, frame)
+            frame += payload.nchunks
+        elif plan.raw:
+            yield _Stream(payload, frame)
+            frame += 1 if info.nbytes else 0
+        else:
+            for piece in payload.chunks(plan.chunk_size):
+                yield piece, plan.cparams, fmt.frame_seed(header_checksum, frame), sign
+                frame += 1
+
+
+def _compress_job(job: _Chunk) -> tuple[bytes, int, bytes | None]:
+    """Compress a chunk; return it, its checksum and (in a signed record) its digest."""
+    piece, cparams, seed, sign = job
+    packed = compress_chunk(piece, cparams)
+    return packed, fmt.checksum(packed, seed), (fmt.frame_digest(packed) if sign else None)
+
+
+def _write_stream(out: CountingWriter, job: _Stream, header_checksum: int, sign: bool, nthreads: int) -> list[Frame]:
+    """Write the frames of a PackedStream or of a raw stream."""
+    payload = job.payload
+    if isinstance(payload, PackedStream):
+        return _write_packed_stream(out, payload, header_checksum, job.first_frame, sign)
+    if not payload.nbytes:
+        return []
+    return [_write_raw_frame(out, payload, fmt.frame_seed(header_checksum, job.first_frame), sign, nthreads)]
 
 
 def _write_packed_stream(

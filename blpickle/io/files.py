@@ -77,19 +77,21 @@ def _is_temporary(filename: object) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def atomic_write(path: str | os.PathLike[str], *, durable: bool = False) -> Iterator[BinaryIO]:
     """Yield a binary file that replaces ``path`` (``~`` expanded) only when the block succeeds.
 
     Over a regular file, or where there is none, the data goes to a temporary file next to
-    the target, flushed to the device (``fsync``) and renamed over it at the end, and the
-    directory is synced so that the rename lasts too; on any error (or if the process dies)
-    the previous file stays as it was. An existing file's permissions are kept; a new file
+    the target, renamed over it at the end: on any error (or if the process dies) the
+    previous file stays as it was. With ``durable``, the file is flushed to the device
+    (``fsync``) before the rename and the directory after it, so that a power loss also
+    leaves the old file or the whole new one; without, the kernel writes both out when it
+    chooses, as with ``open``/``write``. An existing file's permissions are kept; a new file
     gets the usual ones (0o666 minus the umask). Anything else (a FIFO, a device such as
     ``/dev/null``, or a symbolic link to one) is written in place. Temporary files that
     killed writers left next to the same target are removed (see `_remove_stale`).
     Errors name ``path``, never the temporary file.
 
-    On Linux the data starts going to the device as it is written (see
+    On Linux a durable write starts sending the data to the device as it is written (see
     `_EarlyWriteback`), so the final ``fsync`` finds little left to do.
     """
     user_path = expand(path)
@@ -103,10 +105,11 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         _remove_stale(directory, name)
         fd, temporary = _create_temporary(directory, name)
         try:
-            with open(fd, "wb") as file, _early_writeback(file) as writer:
+            with open(fd, "wb") as file, _early_writeback(file) if durable else contextlib.nullcontext(file) as writer:
                 yield writer
-                file.flush()
-                os.fsync(fd)
+                if durable:
+                    file.flush()
+                    os.fsync(fd)
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))
             os.replace(temporary, target)
@@ -114,7 +117,8 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-        _sync_directory(directory)
+        if durable:
+            _sync_directory(directory)
 
 
 def _is_special(path: str) -> bool:
