@@ -136,6 +136,7 @@ CASES = {
 
 def _pandas_cases() -> dict:
     pd = pytest.importorskip("pandas")
+    nat = pd.NaT.__reduce__()[0].__name__
     return {
         "pandas._libs.arrays.__pyx_unpickle_NDArrayBacked": (
             lambda: pd.array(pd.date_range("2026", periods=3)),
@@ -177,10 +178,10 @@ def _pandas_cases() -> dict:
             "pandas.*",
             [("pandas._libs.tslibs.timedeltas", "_timedelta_unpickle", (1.5, 10))],
         ),
-        "pandas._libs.tslibs.nattype._nat_unpickle": (
+        f"pandas._libs.tslibs.nattype.{nat}": (  # __nat_unpickle in pandas 2
             lambda: pd.NaT,
             "pandas.*",
-            [("pandas._libs.tslibs.nattype", "_nat_unpickle", (print,))],
+            [("pandas._libs.tslibs.nattype", nat, (print,))],
         ),
     }
 
@@ -217,7 +218,7 @@ def _sklearn_cases() -> dict:
 
 def test_every_registry_entry_has_a_case():
     # pandas' and sklearn's below; blpickle.tensors' rebuilders in tests/test_tensors.py
-    tested_elsewhere = ("pandas.", "sklearn.", "blpickle.tensors.")
+    tested_elsewhere = ("pandas.", "sklearn.", "blpickle.tensors.", "pytz.")
     assert set(REGISTRY) == set(CASES) | {key for key in REGISTRY if key.startswith(tested_elsewhere)}
     assert {f.package for f in FAMILIES} <= {"pandas"}
 
@@ -264,6 +265,15 @@ def test_sklearn_reconstructors():
         if path == "sklearn.metrics._dist_metrics.newObj":
             make = None  # reached through a KDTree's metric: loaded by the KDTree case
         _check(path, make, pattern, hostile)
+
+
+def test_pytz_time_zones_of_pandas_2():
+    pytz = pytest.importorskip("pytz")
+    for zone in (pytz.utc, pytz.timezone("Europe/Paris")):
+        assert blpickle.loads(pickle.dumps(zone), safe=True) is zone
+    for args in (("../../etc/passwd",), ("UTC", [1])):
+        with pytest.raises(blpickle.CorruptError):
+            blpickle.loads(_call("pytz", "_p", *args), safe=True)
 
 
 def test_family_members_are_called_with_plain_data_only():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import _compat_pickle
 import importlib
+import sys
 from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -364,8 +365,12 @@ class Policy:
         return obj, holder.__name__
 
     def _inside(self, module: str) -> bool:
-        """Whether ``module`` lies in an allowed package."""
-        return any(_within(module, package) for package in self._packages)
+        """Whether ``module`` lies in an allowed package: by its name, or by the name of the
+        module imported under it (scikit-learn 1.7's Cython module ``sklearn._loss._loss`` is
+        also ``_loss`` in ``sys.modules``, and its classes say ``__module__ == "_loss"``)."""
+        imported = sys.modules.get(module)
+        names = (module, imported.__name__) if isinstance(imported, ModuleType) else (module,)
+        return any(_within(name, package) for name in names for package in self._packages)
 
 
 def _homes(obj: Any) -> list[str]:

@@ -210,6 +210,22 @@ def _zone(args: tuple[Any, ...], context: Context) -> Any:
     return zoneinfo.ZoneInfo._unpickle(key, from_cache)
 
 
+def _pytz(args: tuple[Any, ...], context: Context) -> Any:
+    """``pytz._p(zone, utcoffset, dstoffset, tzname)``: a time zone of pytz's database."""
+    _arity(args, 1, 4, "pytz._p")
+    zone, rest = args[0], args[1:]
+    if type(zone) is not str or not _ZONE_KEY.match(zone) or len(zone) > 255:
+        raise CorruptError(f"{zone!r:.80} is not a time zone key")
+    if not all(type(arg) in (int, str) or arg is None for arg in rest):
+        raise CorruptError(f"a pytz time zone takes offsets in seconds and a name, not {rest!r:.80}")
+    return importlib.import_module("pytz")._p(*args)
+
+
+def _pytz_utc(args: tuple[Any, ...], context: Context) -> Any:
+    _arity(args, 0, 0, "pytz._UTC")
+    return importlib.import_module("pytz").utc
+
+
 #: ``getattr(cls, name)`` is called only for these pairs, and gives what they map to: a
 #: reconstructor reached as an attribute of a class (pickle's spelling of a class method).
 _ATTRIBUTES: dict[tuple[str, str], Callable[[tuple[Any, ...], Context], Any]] = {
@@ -587,6 +603,8 @@ REGISTRY: dict[str, Reconstructor] = {
             re.compile(r"[-+]?(\d+\.?\d*(E[-+]?\d+)?|\.\d+(E[-+]?\d+)?|Infinity|s?NaN\d*)\Z", re.I),
         )
     ),
+    "pytz._p": Reconstructor(_pytz),  # the time zones of pandas 2
+    "pytz._UTC": Reconstructor(_pytz_utc),
     "fractions.Fraction": Reconstructor(
         _string_number(importlib.import_module("fractions").Fraction, re.compile(r"[-+]?\d+(/\d+)?\Z"))
     ),
@@ -624,7 +642,10 @@ REGISTRY: dict[str, Reconstructor] = {
     "pandas.core.indexes.datetimes._new_DatetimeIndex": Reconstructor(_pandas_index("_new_DatetimeIndex"), _PANDAS),
     "pandas._libs.tslibs.timestamps._unpickle_timestamp": Reconstructor(_pandas_timestamp, _PANDAS),
     "pandas._libs.tslibs.timedeltas._timedelta_unpickle": Reconstructor(_pandas_timedelta, _PANDAS),
-    "pandas._libs.tslibs.nattype._nat_unpickle": Reconstructor(_pandas_nat, _PANDAS),
+    **{
+        f"pandas._libs.tslibs.nattype.{name}": Reconstructor(_pandas_nat, _PANDAS)
+        for name in ("_nat_unpickle", "__nat_unpickle")  # pandas 3, pandas 2
+    },
     # scikit-learn: trees, neighbours' binary trees and distance metrics
     "sklearn.tree._tree.Tree": Reconstructor(_sklearn_tree, _SKLEARN),
     "sklearn.neighbors._kd_tree.newObj": Reconstructor(
