@@ -183,6 +183,8 @@ SAFE_MODE_EXCLUDED = {
     "test_c_methods": "as test_py_methods",
     "test_oob_buffers": "calls ZeroCopyBytes._reconstruct, which getattr returned (as test_py_methods)",
     "test_oob_buffers_writable_to_readonly": "as test_oob_buffers",
+    "test_bytes_memoization": "as test_oob_buffers (Python 3.13)",
+    "test_bytearray_memoization": "as test_oob_buffers (Python 3.13)",
     "test_complex_newobj_ex": "calls a functools.partial that a call returned (as test_py_methods)",
 }
 

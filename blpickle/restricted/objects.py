@@ -148,7 +148,13 @@ def set_state(obj: Any, state: Any) -> None:
         raise CorruptError(f"safe mode sets the state of no {type(obj).__module__}.{type(obj).__qualname__} object")
     if kinds is not None and type(state) not in kinds:
         raise CorruptError(f"a {type(obj).__qualname__}'s state is not a {type(state).__name__}")
-    _run(_apply_state, (obj, state))
+    if kinds is None:
+        _run(_apply_state, (obj, state))
+    else:  # numpy's own state, set through numpy's checks: what they refuse is a damaged pickle
+        try:
+            _apply_state(obj, state)
+        except Exception as exc:
+            raise CorruptError(f"numpy refuses the state of a {type(obj).__qualname__}: {exc}") from None
     for cls in type(obj).__mro__:
         check = STATE_CHECKS.get(f"{cls.__module__}.{cls.__qualname__}")
         if check is not None:
