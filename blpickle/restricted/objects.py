@@ -37,11 +37,13 @@ __all__ = [
 #: caller's frame (``pandas.eval`` does) finds nothing there.
 _INVOKE = eval("lambda f, a, k: f(*a, **k)", {"__builtins__": {}})
 #: The numpy objects whose state safe mode sets (numpy checks it), and the types of that
-#: state: random bit generators (a dict, and a seed sequence), seed sequences, RandomState.
+#: state: random bit generators (a dict, and a seed sequence), seed sequences, RandomState
+#: and Generator.
 _NUMPY_STATES: dict[type, tuple[type, ...]] = {
     np.random.BitGenerator: (tuple, dict),
     np.random.SeedSequence: (tuple,),
     np.random.RandomState: (dict,),
+    np.random.Generator: (dict,),  # the state of its bit generator, as numpy 1.x wrote it
 }
 #: The packages of the types whose state safe mode never sets and whose collections it fills
 #: only if they are lists, dicts or sets.

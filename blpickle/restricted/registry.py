@@ -532,10 +532,13 @@ FAMILIES = (
 
 
 def _random_state(obj: Any) -> None:
-    """Check the state numpy accepted for a bit generator or RandomState: numpy checks its
-    types only, and a position out of range crashes the next draw."""
+    """Check the state numpy accepted for a bit generator, a RandomState or a Generator: numpy
+    checks its types only, and a position out of range crashes the next draw."""
     random = importlib.import_module("numpy.random")
-    bits = obj._bit_generator if isinstance(obj, random.RandomState) else obj
+    if isinstance(obj, random.RandomState):
+        bits = obj._bit_generator
+    else:
+        bits = obj.bit_generator if isinstance(obj, random.Generator) else obj
     state = bits.state
     inner = state.get("state", {})
     if "pos" in inner and not (0 <= inner["pos"] <= 624 and np.shape(inner.get("key")) == (624,)):
@@ -564,6 +567,7 @@ def _tree_state(tree: Any) -> None:
 STATE_CHECKS: dict[str, Callable[[Any], None]] = {
     "numpy.random.bit_generator.BitGenerator": _random_state,
     "numpy.random.mtrand.RandomState": _random_state,
+    "numpy.random._generator.Generator": _random_state,
     "sklearn.tree._tree.Tree": _tree_state,
 }
 
