@@ -109,6 +109,8 @@ def test_random_states_out_of_range_are_refused(kind):
     objects = [_Forged(getattr(np.random._pickle, "__generator_ctor"), (bits,))]
     if kind == "MT19937":
         objects.append(_Forged(getattr(np.random._pickle, "__randomstate_ctor"), (bits,)))
+        # a Generator as numpy 1.x pickles it: its bit generator's name, then that one's state
+        objects.append(_Forged(getattr(np.random._pickle, "__generator_ctor"), (kind,), state))
     for obj in objects:
         # numpy 2.5 checks the position itself; earlier versions crash on the next draw
         with pytest.raises(blpickle.CorruptError, match=r"position|buffer_pos"):
