@@ -115,7 +115,7 @@ def new_object(cls: Any, args: Any, grant: Admitted | None, policy: Policy, kwar
         raise UnsafeLoadError(*_names(cls), "the pickle creates a class that it did not import as a global")
     if grant.reconstructor is not None:
         if kwargs:
-            raise CorruptError(f"{_name(cls)} takes no keyword arguments in safe mode")
+            raise CorruptError(f"{'.'.join(_names(cls))} takes no keyword arguments in safe mode")
         return grant.reconstructor.check(args, Context(policy.admitted))  # cls.__new__(cls, *args) is cls(*args)
     if (args or kwargs) and grant.how != "exact":
         raise UnsafeLoadError(
@@ -242,7 +242,3 @@ def is_builtin(cls: type) -> bool:
         return True
     module = getattr(cls, "__module__", "")
     return isinstance(module, str) and module.split(".")[0] in _BUILTIN_MODULES
-
-
-def _name(func: Any) -> str:
-    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"

@@ -201,11 +201,16 @@ def _string_number(cls: type, text: re.Pattern[str]) -> Callable[[tuple[Any, ...
     return check
 
 
+def _zone_key(key: Any) -> None:
+    """Refuse anything but an IANA time zone key (``Europe/Paris``): no path traversal."""
+    if type(key) is not str or len(key) > 255 or not _ZONE_KEY.match(key):
+        raise CorruptError(f"{key!r:.80} is not a time zone key")
+
+
 def _zone(args: tuple[Any, ...], context: Context) -> Any:
     """``ZoneInfo._unpickle(key, from_cache)``: a time zone of the system's database."""
     key, from_cache = _types(args, ((str,), (int,)), "ZoneInfo._unpickle")
-    if not _ZONE_KEY.match(key) or len(key) > 255:
-        raise CorruptError(f"{key!r:.80} is not a time zone key")
+    _zone_key(key)
     zoneinfo = importlib.import_module("zoneinfo")
     return zoneinfo.ZoneInfo._unpickle(key, from_cache)
 
@@ -214,8 +219,7 @@ def _pytz(args: tuple[Any, ...], context: Context) -> Any:
     """``pytz._p(zone, utcoffset, dstoffset, tzname)``: a time zone of pytz's database."""
     _arity(args, 1, 4, "pytz._p")
     zone, rest = args[0], args[1:]
-    if type(zone) is not str or not _ZONE_KEY.match(zone) or len(zone) > 255:
-        raise CorruptError(f"{zone!r:.80} is not a time zone key")
+    _zone_key(zone)
     if not all(type(arg) in (int, str) or arg is None for arg in rest):
         raise CorruptError(f"a pytz time zone takes offsets in seconds and a name, not {rest!r:.80}")
     return importlib.import_module("pytz")._p(*args)
