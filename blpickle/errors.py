@@ -90,26 +90,31 @@ class UnsupportedVersionError(LoadError):
         self.major, self.minor = major, minor
 
 
-class TruncatedError(LoadError, EOFError):
+class _MismatchError(LoadError):
+    """What the record promised at one place (``what`` at ``offset``), and what was found."""
+
+    _template: str  # the message, formatted with the four fields
+
+    def __init__(self, what: str, offset: int, expected: int, found: int) -> None:
+        super().__init__(self._template.format(what=what, offset=offset, expected=expected, found=found))
+        self.what, self.offset, self.expected, self.found = what, offset, expected, found
+
+
+class TruncatedError(_MismatchError, EOFError):
     """The input ended before the record was complete."""
 
-    def __init__(self, what: str, offset: int, expected: int, found: int) -> None:
-        super().__init__(
-            f"blpickle record truncated while reading {what} at offset {offset}: "
-            f"expected {expected} bytes, found {found}"
-        )
-        self.what, self.offset, self.expected, self.found = what, offset, expected, found
+    _template = (
+        "blpickle record truncated while reading {what} at offset {offset}: expected {expected} bytes, found {found}"
+    )
 
 
-class ChecksumError(LoadError):
+class ChecksumError(_MismatchError):
     """A stored checksum does not match the data it covers."""
 
-    def __init__(self, what: str, offset: int, expected: int, found: int) -> None:
-        super().__init__(
-            f"checksum mismatch in {what} at offset {offset}: "
-            f"stored {expected:#018x}, computed {found:#018x}; the data is damaged"
-        )
-        self.what, self.offset, self.expected, self.found = what, offset, expected, found
+    _template = (
+        "checksum mismatch in {what} at offset {offset}: "
+        "stored {expected:#018x}, computed {found:#018x}; the data is damaged"
+    )
 
 
 class LimitError(LoadError):

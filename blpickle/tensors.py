@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arrays import _is_ints, view_extent
-from .errors import CorruptError
+from .errors import CorruptError, add_note
 
 if TYPE_CHECKING:
     import torch
@@ -234,7 +234,7 @@ def stored_array(tensor: str, data: np.ndarray) -> Any:
     try:
         module = importlib.import_module(library)
     except ImportError as exc:
-        exc.add_note(f"the array was a {library} array: read its bytes with Record.read_bytes")
+        add_note(exc, f"the array was a {library} array: read its bytes with Record.read_bytes")
         raise
     if library == "jax":
         return rebuild_jax_array(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -106,3 +107,11 @@ def test_every_golden_file_is_committed_and_of_its_version():
         assert info.signed == ("key" in arguments)
         assert any(b.splice is not None for b in info.buffers) == arguments.get("blob", False)
         assert (not info.buffers and not info.options) == bool(arguments.get("small"))
+
+
+def test_a_tensor_read_by_name_without_its_library_says_how_to_read_its_bytes(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    with blpickle.open(os.path.join(GOLDEN_DIR, "v1.2-tensors.blp")) as rec:
+        with pytest.raises(ImportError) as caught:
+            rec["model.layers.1.weight"]
+        assert "Record.read_bytes" in "".join(getattr(caught.value, "__notes__", []))
