@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .tensors import stored_array
+
 if TYPE_CHECKING:
     from .record import ArrayInfo, Record
 
@@ -22,18 +24,22 @@ RAW_BLOCK = 4 << 20
 class LazyArray:
     """A read-only array-like over one array of an open `blpickle.Record`.
 
-    Indexing returns numpy arrays. An integer, a slice (any step) or a tuple starting with
+    Indexing returns numpy arrays (for an array dumped as a torch tensor or a jax array, that
+    type, as `Record.array` returns it: see ``tensor``). An integer, a slice (any step) or a tuple starting with
     one reads only the rows of the leading axis it spans, in a C-order array; any other
     index (a list, a mask, an array of indices), and any index of a Fortran-order array,
     reads the whole array first. Iterating yields the rows of the leading axis, as iterating
     the numpy array does, reading the rows of one chunk at a time (a Fortran-order array is
     read whole first). ``numpy.asarray(lazy)`` reads it whole, its chunks
-    decompressed in parallel. Every read checks the checksums of the chunks it decompresses
+    decompressed in parallel, as a numpy array of ``dtype``. Every read checks the checksums of the chunks it decompresses
     (a part of an uncompressed buffer is read unchecked).
 
     Attributes:
         shape: the array's shape.
-        dtype: the array's dtype.
+        dtype: the array's numpy dtype (a tensor's as stored: a torch bfloat16 tensor's is
+            uint16).
+        tensor: ``"torch.<dtype>"`` or ``"jax.<dtype>"`` for an array dumped as a tensor (what
+            indexing returns), else None.
         ndim: the array's number of dimensions.
         size: the array's number of elements.
         nbytes: the array's size in bytes.
@@ -48,6 +54,7 @@ class LazyArray:
         self.dtype: np.dtype = info.dtype
         self.shape: tuple[int, ...] = info.shape
         self.name = info.name
+        self.tensor = info.tensor
         self.ndim = len(self.shape)
         self.size = math.prod(self.shape)
         self.nbytes = info.nbytes
@@ -62,10 +69,21 @@ class LazyArray:
         return self.shape[0]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        array = self._record.array(self._info.position)
+        data = self._record.read_bytes(self._info.position, 0, self.nbytes)
+        array = data.view(self.dtype).reshape(self.shape, order="F" if self._info.order == "F" else "C")
         return array if dtype is None else array.astype(dtype, copy=False)
 
-    def __getitem__(self, key: Any) -> np.ndarray:
+    def __getitem__(self, key: Any) -> Any:
+        return self._stored(self._select(key))
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        rows = iter(np.asarray(self)) if self._info.order == "F" else self._blocks()
+        return rows if self.tensor is None else map(self._stored, rows)
+
+    def _select(self, key: Any) -> np.ndarray:
+        """``key`` of the array, read from the chunks that hold it (see the class)."""
         first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
         if self.ndim == 0 or self._info.order == "F" or not _basic(first):
             return np.asarray(self)[key]
@@ -78,12 +96,9 @@ class LazyArray:
         within = slice(0, high - low, rows.step) if rows.step > 0 else slice(high - 1 - low, None, rows.step)
         return self._rows(low, high)[_index(within, rest)]
 
-    def __iter__(self) -> Iterator[Any]:
-        if not self.shape:
-            raise TypeError("iteration over a 0-d array")
-        if self._info.order == "F":
-            return iter(np.asarray(self))
-        return self._blocks()
+    def _stored(self, array: Any) -> Any:
+        """``array`` (read from this array) as the type the array was dumped as."""
+        return array if self.tensor is None else stored_array(self.tensor, np.asarray(array))
 
     @property
     def _row_bytes(self) -> int:

@@ -163,6 +163,20 @@ def test_open_gives_a_tensor_by_its_state_dict_key_reading_only_its_frames():
         assert "'model.0.weight'" in message and "arrays under 64 KiB are kept in the pickle" in message
 
 
+def test_a_lazy_tensor_gives_tensors_of_its_dtype_and_numpy_its_stored_bytes():
+    weight = weights((400, 300)).to(torch.bfloat16)
+    with blpickle.open(blpickle.dumps({"weight": weight})) as rec:
+        lazy = rec.lazy("weight")
+        assert lazy.tensor == "torch.bfloat16" and lazy.dtype == np.uint16 and lazy.shape == (400, 300)
+        rows = lazy[10:20, 5]
+        assert type(rows) is torch.Tensor and rows.dtype == torch.bfloat16
+        assert torch.equal(rows, weight[10:20, 5]) and torch.equal(lazy[-1], weight[-1])
+        assert all(torch.equal(row, weight[i]) for i, row in enumerate(lazy))
+        stored = np.asarray(lazy)
+        assert type(stored) is np.ndarray and stored.dtype == np.uint16
+        assert torch.equal(torch.from_numpy(stored).view(torch.bfloat16), weight)
+
+
 def test_tensors_torch_keeps_its_own_reduction_for_still_round_trip():
     dense = weights((64, 64))
     dense.note = "an attribute"
