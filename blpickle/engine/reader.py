@@ -97,9 +97,9 @@ class RecordReader:
             match.
         """
         source, start = self._source, self._source.pos
-        reread = None if isinstance(source, MemorySource) else source.random_access()
+        reread = not isinstance(source, MemorySource) and source.random_access() is not None
         kept: MemorySource | RecordingSource | None = source if isinstance(source, MemorySource) else None
-        if kept is None and reread is None:
+        if kept is None and not reread:
             kept = self._source = RecordingSource(source, self._head + fmt.U64.pack(self._header_checksum))
         for _ in self.header.streams:
             self.skip_stream()
@@ -108,9 +108,8 @@ class RecordReader:
             self._source = kept.replay()
             self._source.seek(start)
         else:
-            assert reread is not None
             self._authenticated = deque(self._digests)
-            reread.seek(start)
+            source.seek(start)
         self._digests = []
         self._key = None  # authenticated: the second reading checks the checksums only
         self._next_stream = 0
@@ -300,15 +299,15 @@ class RecordReader:
         if self._compact_pickle is not None:
             self._next_stream = len(self.header.streams)
             return self.index  # the source stands after the record already
-        source = self._source.random_access()
-        end = None if source is None else source.size()
-        if source is None or end is None or end - self._source.pos < fmt.U64.size + fmt.FOOTER.size:
+        ranges = self._source.random_access()
+        if ranges is None or ranges.size - self._source.pos < fmt.U64.size + fmt.FOOTER.size:
             return None
-        size, stored, end_magic = fmt.FOOTER.unpack(source.read_at(end - fmt.FOOTER.size, fmt.FOOTER.size))
+        end = ranges.size
+        size, stored, end_magic = fmt.FOOTER.unpack(ranges.read(end - fmt.FOOTER.size, fmt.FOOTER.size, "the footer"))
         start = end - fmt.FOOTER.size - size
         if end_magic != fmt.END_MAGIC or size > fmt.MAX_TRAILER_SIZE or start - fmt.U64.size < self._source.pos:
             return None
-        trailer = bytes(source.read_at(start, size))
+        trailer = bytes(ranges.read(start, size, "the trailer"))
         if fmt.checksum(trailer, self._header_checksum) != stored:
             return None  # another record's footer (the checksum is seeded with our header's)
         try:
@@ -322,7 +321,7 @@ class RecordReader:
             self.index.checksums,
         ):
             return None
-        source.seek(end)
+        self._source.seek(end)
         return index
 
     def _next(self) -> tuple[int, fmt.StreamInfo]:
