@@ -177,8 +177,7 @@ class Pickler(pickle.Pickler):
             if not buffers:
                 self._bl_file.write(graph)
                 return
-            transport.plan_buffers(buffers, wire)
-            _write_envelope(self._bl_file, graph, buffers, wire)
+            _write_envelope(self._bl_file, graph, transport.plan_buffers(buffers, wire), wire)
         finally:
             graph.release()
 
@@ -204,17 +203,17 @@ def _short_unicode(text: str) -> bytes:
 _OPENER = _short_unicode(__name__) + _short_unicode("_open") + _STACK_GLOBAL
 
 
-def _write_envelope(file: Any, graph: memoryview, buffers: list[transport.Buffer], wire: WireOptions) -> None:
-    head = _HEAD.pack(_VERSION, len(buffers)) + b"".join(_DESC.pack(b.nbytes, b.chunk_size) for b in buffers)
+def _write_envelope(file: Any, graph: memoryview, transfers: list[transport.Transfer], wire: WireOptions) -> None:
+    head = _HEAD.pack(_VERSION, len(transfers)) + b"".join(_DESC.pack(*shape) for shape in transport.layout(transfers))
     write = file.write
     write(_PROTO + _OPENER + _MARK + _BINBYTES8 + _U64.pack(len(head)) + head + _BINBYTES8 + _U64.pack(graph.nbytes))
     write(graph)
-    for buffer in buffers:
-        if not buffer.chunk_size:
-            write(_BYTEARRAY8 + _U64.pack(buffer.nbytes))  # arrives as a writable bytearray
-            write(buffer.view)
+    for transfer in transfers:
+        if not transfer.chunk_size:
+            write(_BYTEARRAY8 + _U64.pack(transfer.nbytes))  # arrives as a writable bytearray
+            write(transfer.payload.whole())
             continue
-        for packed in transport.compressed_chunks(buffer, wire.options.threads):
+        for packed in transport.compressed_chunks(transfer, wire.options.threads):
             write(_BINBYTES8 + _U64.pack(len(packed)))
             write(packed)
     write(_TUPLE + _REDUCE + _STOP)
