@@ -54,7 +54,7 @@ BufferCallback = Callable[[PickleBuffer], Any]
 #: records (codec None) keep every buffer out of band, so that all can be memory-mapped.
 INBAND_LIMIT = 64 << 10
 #: Payloads the pickler writes in band (bytes, bytearray, str) from this size are spliced out.
-#: Frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
+#: Pickle frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
 SPLICE_LIMIT = 1 << 20
 
 

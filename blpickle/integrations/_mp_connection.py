@@ -114,8 +114,8 @@ def _receive(fd: int, nbytes: int, what: str) -> np.ndarray:
     return out
 
 
-class _PipeFrames:
-    """The `transport.Frames` that follow a message's first part on a pipe, read as needed:
+class _PipeParts:
+    """The `transport.MessageParts` that follow a message's first part on a pipe, read as needed:
     raw buffers straight into the memory of their arrays (see `_receive`)."""
 
     def __init__(self, fd: int) -> None:
@@ -214,7 +214,7 @@ class Connection(_connection.Connection):
         if graph_start > len(first):
             raise CorruptError(f"a message announces {count} buffers in {len(first)} bytes")
         layout = [DESC.unpack_from(first, HEAD.size + index * DESC.size) for index in range(count)]
-        buffers = transport.receive_buffers(layout, _PipeFrames(self.fileno()), self._wire.options.threads)
+        buffers = transport.receive_buffers(layout, _PipeParts(self.fileno()), self._wire.options.threads)
         return transport.unpickle_graph(memoryview(first)[graph_start:], buffers)
 
     def __reduce__(self) -> Any:

@@ -123,7 +123,7 @@ def deserialize(header: dict, frames: list) -> Any:
         )
     if not frames:
         raise CorruptError("a dask message without frames")
-    received = transport.FrameSequence(frames[1:], "a dask message")
+    received = transport.ReceivedParts(frames[1:], "a dask message")
     return transport.unpickle_graph(frames[0], transport.receive_buffers(layout, received, _WIRE.options.threads))
 
 

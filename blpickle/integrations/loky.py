@@ -182,7 +182,7 @@ class Pickler(pickle.Pickler):
             graph.release()
 
 
-# --- the envelope: a plain pickle calling _open(head, graph, *frames) ---------------------------
+# --- the envelope: a plain pickle calling _open(head, graph, *parts) ---------------------------
 
 _PROTO = b"\x80\x05"
 _MARK = b"("
@@ -219,7 +219,7 @@ def _write_envelope(file: Any, graph: memoryview, transfers: list[transport.Tran
     write(_TUPLE + _REDUCE + _STOP)
 
 
-def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
+def _open(head: bytes, graph: bytes, *parts: Any) -> Any:
     """Rebuild the object of an envelope (called by ``pickle.loads``)."""
     version, count = _HEAD.unpack_from(head)
     if version != _VERSION:
@@ -229,5 +229,5 @@ def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
     if len(head) != _HEAD.size + count * _DESC.size:
         raise CorruptError("a loky message with a damaged head")
     layout = [_DESC.unpack_from(head, _HEAD.size + index * _DESC.size) for index in range(count)]
-    frames_in = transport.FrameSequence(frames, "a loky message")
-    return transport.unpickle_graph(graph, transport.receive_buffers(layout, frames_in, _WIRE.options.threads))
+    parts_in = transport.ReceivedParts(parts, "a loky message")
+    return transport.unpickle_graph(graph, transport.receive_buffers(layout, parts_in, _WIRE.options.threads))

@@ -6,8 +6,8 @@ closures, local classes) is pickled again by cloudpickle. An object with no out-
 buffer is just that pickle: it costs what the host's own pickling costs. Each out-of-band
 buffer travels raw (zero copy on the sending side) or as independently compressed Blosc2
 chunks, as `blpickle.engine.policy.plan_transfer` decides; `blpickle.engine.chunks` compresses and
-decompresses them. The transports (pipes, loky's byte strings, dask frames) only differ in how
-they carry the graph, the buffer layout and the frames: see `.multiprocessing`, `.loky` and
+decompresses them. The transports (pipes, loky's byte strings, dask's frames) only differ in how
+they carry the graph, the buffer layout and the parts: see `.multiprocessing`, `.loky` and
 `.dask`; all of them receive with `receive_buffers`.
 
 Nothing here is part of the file format of `blpickle.format`: these messages are never
@@ -38,7 +38,7 @@ from ..errors import CorruptError, LimitError, OptionsError
 from ..options import Options, resolve_options
 
 __all__ = [
-    "FrameSequence",
+    "ReceivedParts",
     "Transfer",
     "WireOptions",
     "pickle_graph",
@@ -415,18 +415,18 @@ def compressed_chunks(transfer: Transfer, nthreads: int) -> Iterator[bytes]:
 # --- receiving -------------------------------------------------------------------------------
 
 
-class Frames(Protocol):
-    """Where `receive_buffers` takes the frames of a message from, in order."""
+class MessageParts(Protocol):
+    """Where `receive_buffers` takes the parts of a message from, in order."""
 
     def raw(self, nbytes: int) -> Any:
-        """Return the next frame, a raw buffer of ``nbytes`` bytes, writable.
+        """Return the next part, a raw buffer of ``nbytes`` bytes, writable.
 
         Raises:
             CorruptError: when it has another size or is missing.
         """
 
     def chunk(self, limit: int) -> Any:
-        """Return the next frame, a compressed chunk of at most ``limit`` bytes.
+        """Return the next part, a compressed chunk of at most ``limit`` bytes.
 
         Raises:
             CorruptError: when it is bigger or missing.
@@ -444,7 +444,7 @@ def check_layout(nbytes: int, chunk_size: int) -> None:
         raise CorruptError(f"a buffer of {nbytes} bytes in chunks of {chunk_size} is not a valid transfer")
 
 
-def max_chunk_frame(chunk_size: int) -> int:
+def max_compressed_size(chunk_size: int) -> int:
     """The largest compressed chunk a chunk of ``chunk_size`` bytes can become."""
     return chunk_size + _BLOSC2_MAX_OVERHEAD
 
@@ -461,30 +461,30 @@ def allocate(nbytes: int, what: str) -> np.ndarray:
         raise LimitError(f"{what} announces {nbytes} bytes, more than can be allocated") from None
 
 
-def receive_buffers(layout: Iterable[tuple[int, int]], frames: Frames, nthreads: int) -> list[Any]:
+def receive_buffers(layout: Iterable[tuple[int, int]], parts: MessageParts, nthreads: int) -> list[Any]:
     """Receive the out-of-band buffers of a message, laid out as `layout` says: a raw one
-    as its frame, a compressed one decompressed into a new array, allocated once its first
+    as its part, a compressed one decompressed into a new array, allocated once its first
     chunk has arrived, several chunks at once but no more than ``READ_AHEAD`` bytes of them
-    (or one chunk) ahead (``frames`` may read them as they are needed).
+    (or one chunk) ahead (``parts`` may read them as they are needed).
 
     Raises:
-        CorruptError: for an invalid layout, or a frame that does not fit it.
+        CorruptError: for an invalid layout, or a part that does not fit it.
         LimitError: for a buffer that cannot be allocated.
     """
     buffers = []
     for index, (nbytes, chunk_size) in enumerate(layout):
         check_layout(nbytes, chunk_size)
         if not chunk_size:
-            buffers.append(frames.raw(nbytes))
+            buffers.append(parts.raw(nbytes))
             continue
-        limit = max_chunk_frame(chunk_size)
+        limit = max_compressed_size(chunk_size)
         starts = range(0, nbytes, chunk_size)
-        first = frames.chunk(limit) if nbytes else None
+        first = parts.chunk(limit) if nbytes else None
         out = allocate(nbytes, f"buffer {index}")
         view = memoryview(cast(Any, out))
         jobs = (
             (
-                first if number == 0 else frames.chunk(limit),
+                first if number == 0 else parts.chunk(limit),
                 view[start : start + chunk_size],
                 f"chunk {number} of buffer {index}",
             )
@@ -495,32 +495,32 @@ def receive_buffers(layout: Iterable[tuple[int, int]], frames: Frames, nthreads:
     return buffers
 
 
-class FrameSequence:
-    """`Frames` already received, as a sequence (loky's envelope, dask's frames)."""
+class ReceivedParts:
+    """`MessageParts` already received, as a sequence (loky's envelope, dask's frames)."""
 
-    def __init__(self, frames: Iterable[Any], what: str) -> None:
-        self._frames = iter(frames)
+    def __init__(self, parts: Iterable[Any], what: str) -> None:
+        self._parts = iter(parts)
         self._what = what
 
     def _next(self) -> Any:
         try:
-            return next(self._frames)
+            return next(self._parts)
         except StopIteration:
-            raise CorruptError(f"{self._what} with fewer frames than its layout lists") from None
+            raise CorruptError(f"{self._what} with fewer parts than its layout lists") from None
 
     def raw(self, nbytes: int) -> Any:
-        frame = self._next()
-        size = memoryview(frame).nbytes
+        part = self._next()
+        size = memoryview(part).nbytes
         if size != nbytes:
             raise CorruptError(f"{self._what}: a raw buffer of {nbytes} bytes arrived as {size} bytes")
-        return writable(frame)
+        return writable(part)
 
     def chunk(self, limit: int) -> Any:
-        frame = self._next()
-        size = memoryview(frame).nbytes
+        part = self._next()
+        size = memoryview(part).nbytes
         if size > limit:
             raise CorruptError(f"{self._what}: a compressed chunk of {size} bytes, at most {limit} expected")
-        return frame
+        return part
 
 
 def writable(buffer: Any) -> Any:

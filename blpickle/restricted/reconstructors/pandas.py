@@ -39,7 +39,7 @@ def _pandas_index(function: str) -> Check:
 
 
 def _pandas_block(args: tuple[Any, ...], context: Context) -> Any:
-    """``_unpickle_block(values, placement, ndim)``: a block of a frame's columns."""
+    """``_unpickle_block(values, placement, ndim)``: a block of a DataFrame's columns."""
     pandas = importlib.import_module("pandas")
     internals = importlib.import_module("pandas._libs.internals")
     values, placement, ndim = check_types(
@@ -53,7 +53,7 @@ def _pandas_block(args: tuple[Any, ...], context: Context) -> Any:
 
 
 def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
-    """``BlockManager(blocks, axes)``: a frame's blocks and its axes."""
+    """``BlockManager(blocks, axes)``: a DataFrame's blocks and its axes."""
     pandas = importlib.import_module("pandas")
     internals = importlib.import_module("pandas._libs.internals")
     blocks, axes = check_types(args, ((tuple,), (list,)), "pandas BlockManager")
@@ -68,7 +68,7 @@ def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
         raise CorruptError(f"a pandas BlockManager's blocks must place each of its {len(axes[0])} columns once")
     for block in blocks:
         if block.shape != (len(block.mgr_locs), len(axes[1])):
-            raise CorruptError(f"a pandas block of shape {block.shape} does not fit its frame")
+            raise CorruptError(f"a pandas block of shape {block.shape} does not fit its DataFrame")
     return importlib.import_module("pandas.core.internals.managers").BlockManager(blocks, axes)
 
 
