@@ -54,7 +54,7 @@ BufferCallback = Callable[[PickleBuffer], Any]
 #: records (codec None) keep every buffer out of band, so that all can be memory-mapped.
 INBAND_LIMIT = 64 << 10
 #: Payloads the pickler writes in band (bytes, bytearray, str) from this size are spliced out.
-#: Frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
+#: Pickle frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
 SPLICE_LIMIT = 1 << 20
 
 
@@ -128,7 +128,13 @@ class _OutOfBand:
     its `_Graph` splices out. The pickler gives its ``reducer_override``, ``buffer_callback``
     and its graph's splices to the methods of this object, which never refers back to the
     pickler: a pickler and what it dumped are freed as soon as they are dropped, with no
-    reference cycle left for the garbage collector."""
+    reference cycle left for the garbage collector.
+
+    What it keeps is a record's: arrays load as pickle gives them back (read-only ones stay
+    read-only, views of an array reduced before stay views of it), strided views are read a
+    chunk at a time, and each `Payload` keeps its array's dtype, shape, path and tensor type
+    for the header. (A message to another process collects its buffers with the transport's
+    ``_MessageBuffers``, which keeps none of these.)"""
 
     def __init__(self, protocol: int, user_callback: BufferCallback | None, options: Options) -> None:
         self.streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset), pickle order

@@ -2,7 +2,7 @@
 
 The header describes every out-of-band array (dtype, shape, order, name) and the trailer
 says where each of its chunks is, so reading one array reads the header, the trailer and
-that array's frames only; each frame's checksum is checked before Blosc2 sees it. Nothing is
+that array's chunks only; each chunk's checksum is checked before Blosc2 sees it. Nothing is
 unpickled (but by `Record.load`), so opening an untrusted file runs none of its code.
 """
 
@@ -59,7 +59,7 @@ class ArrayInfo:
         shape: the array's shape, or None as for ``dtype``.
         order: the array's memory order, "C" or "F", or None as for ``dtype``.
         nbytes: decompressed size.
-        stored: bytes its frames take in the record.
+        stored: bytes its chunks take in the record.
         nchunks: how many chunks it is stored in.
         chunk_size: decompressed bytes per chunk.
         codec: the Blosc2 codec of its chunks (None for a raw buffer).
@@ -166,7 +166,7 @@ class Record:
         #: a compact record's pickle: it has no chunks and no trailer
         self._compact = bytes(head[fmt.PREAMBLE.size : self._data_start - fmt.U64.size]) if reader.compact else None
         if self._compact is not None:
-            chunks = fmt.FrameIndex()
+            chunks = fmt.ChunkIndex()
             self._index = RecordIndex(chunks, (0,) * len(streams), (len(self._compact),), self._data_start)
             self.size = self._data_start
         else:
@@ -207,12 +207,12 @@ class Record:
         """Read buffer ``position`` whole (its chunks decompressed in parallel) and return it
         as the array its `ArrayInfo` describes, writable (a uint8 array for a buffer that is
         not a described array): a numpy array, or the torch tensor or jax array it was
-        dumped as (`blpickle.tensors.stored_array`). Only its frames are read; nothing is
+        dumped as (`blpickle.tensors.stored_array`). Only its chunks are read; nothing is
         unpickled.
 
         Raises:
             IndexError: for a position out of range.
-            blpickle.ChecksumError, blpickle.CorruptError: for a damaged frame (named).
+            blpickle.ChecksumError, blpickle.CorruptError: for a damaged chunk (named).
             ImportError: for a tensor whose library is not installed.
         """
         info = self._array_info(position)
@@ -279,7 +279,7 @@ class Record:
         one checksum covers it whole).
 
         Raises:
-            blpickle.ChecksumError, blpickle.CorruptError: for a damaged frame (named).
+            blpickle.ChecksumError, blpickle.CorruptError: for a damaged chunk (named).
             blpickle.LimitError: when the bytes cannot be allocated.
         """
         return self._read(self._array_info(position).position + 1, start, stop)
@@ -386,13 +386,13 @@ class Record:
             batch = range(self._confirmed, min(upto, self._confirmed + _CONFIRM_BATCH))
             heads = [(chunks.offsets[f], fmt.U64.size + (0 if spans[f][2] else fmt.BLOSC2_SIZES.size)) for f in batch]
             found = self._ranges.read_many(heads, "the chunks' size fields")
-            for frame, head in zip(batch, found, strict=True):
-                number, chunk, raw, nbytes = spans[frame]
+            for entry, head in zip(batch, found, strict=True):
+                number, chunk, raw, nbytes = spans[entry]
                 declared = fmt.U64.unpack_from(head)[0]
                 sizes = None if raw else fmt.BLOSC2_SIZES.unpack_from(head, fmt.U64.size)
-                if declared != chunks.csizes[frame] or sizes not in (None, (nbytes, declared)):
+                if declared != chunks.csizes[entry] or sizes not in (None, (nbytes, declared)):
                     raise CorruptError(
-                        f"{chunk_name(number, chunk)} at offset {chunks.offsets[frame]} does not match the "
+                        f"{chunk_name(number, chunk)} at offset {chunks.offsets[entry]} does not match the "
                         "trailer's index: its size field or its Blosc2 header declares other sizes"
                     )
             self._confirmed = batch.stop
@@ -425,38 +425,38 @@ class Record:
         return out
 
     def _fetch(self, number: int, chunks: range) -> Iterator[tuple[int, Any]]:
-        """Yield ``(chunk, frame bytes)`` for the chunks of stream ``number``, fetched a batch
-        of frames at a time."""
+        """Yield ``(chunk, stored bytes)`` for the chunks of stream ``number``, fetched a batch
+        of chunks at a time."""
         first = self._index.first[number]
         index = self._index.chunks
         batch = max(self._ranges.batch, self._nthreads)
         for at in range(0, len(chunks), batch):
             part = chunks[at : at + batch]
             spans = [(index.offsets[first + c], index.csizes[first + c] + 2 * fmt.U64.size) for c in part]
-            found = self._ranges.read_many(spans, f"the frames of {chunk_name(number, part[0])}")
+            found = self._ranges.read_many(spans, f"the chunks from {chunk_name(number, part[0])}")
             yield from zip(part, found, strict=True)
 
     def _unpack(self, number: int, start: int, out: np.ndarray, chunk: int, data: Any) -> None:
-        """Check one frame and decompress it into ``out`` (which holds the stream's bytes
+        """Check one chunk and decompress it into ``out`` (which holds the stream's bytes
         from ``start``), straight where the chunk lies whole inside, else through a copy."""
         info = self.header.streams[number]
-        frame = self._index.first[number] + chunk
+        entry = self._index.first[number] + chunk
         offset, csize, expected = (
-            self._index.chunks.offsets[frame],
-            self._index.chunks.csizes[frame],
-            self._index.chunks.checksums[frame],
+            self._index.chunks.offsets[entry],
+            self._index.chunks.csizes[entry],
+            self._index.chunks.checksums[entry],
         )
         what = chunk_name(number, chunk)
         view = memoryview(data).cast("B")
         declared = fmt.U64.unpack(view[: fmt.U64.size])[0]
         stored = fmt.U64.unpack(view[-fmt.U64.size :])[0]
         if declared != csize or stored != expected:
-            raise CorruptError(f"{what} at offset {offset} does not match the trailer's frame index")
+            raise CorruptError(f"{what} at offset {offset} does not match the trailer's chunk index")
         low, high = chunk * info.chunk_size, min((chunk + 1) * info.chunk_size, info.nbytes)
         inside = start <= low and high <= start + out.nbytes
         dst = out.data[low - start : high - start] if inside else allocate_stream(high - low, number).data
         packed = view[fmt.U64.size : fmt.U64.size + csize]
-        unpack_chunk(packed, stored, fmt.frame_seed(self._header_checksum, frame), high - low, dst, what, offset)
+        unpack_chunk(packed, stored, fmt.chunk_seed(self._header_checksum, entry), high - low, dst, what, offset)
         if not inside:
             begin, end = max(low, start), min(high, start + out.nbytes)
             out[begin - start : end - start] = np.frombuffer(dst, np.uint8)[begin - low : end - low]
@@ -465,8 +465,8 @@ class Record:
         """Read bytes of a raw stream into ``out``: the whole payload with its size field and
         checksum checked, or a part of it unchecked."""
         info = self.header.streams[number]
-        frame = self._index.first[number]
-        offset = self._index.chunks.offsets[frame]
+        entry = self._index.first[number]
+        offset = self._index.chunks.offsets[entry]
         what = chunk_name(number, 0)
         payload = offset + fmt.U64.size
         self._ranges.readinto(payload + start, out.data, what)
@@ -474,9 +474,9 @@ class Record:
             return
         size = fmt.U64.unpack(self._ranges.read(offset, fmt.U64.size, f"the size of {what}"))[0]
         stored = fmt.U64.unpack(self._ranges.read(payload + size, fmt.U64.size, f"the checksum of {what}"))[0]
-        if size != info.nbytes or stored != self._index.chunks.checksums[frame]:
-            raise CorruptError(f"{what} at offset {offset} does not match the trailer's frame index")
-        computed = fmt.checksum(out, fmt.frame_seed(self._header_checksum, frame))
+        if size != info.nbytes or stored != self._index.chunks.checksums[entry]:
+            raise CorruptError(f"{what} at offset {offset} does not match the trailer's chunk index")
+        computed = fmt.checksum(out, fmt.chunk_seed(self._header_checksum, entry))
         if computed != stored:
             raise ChecksumError(what, payload, stored, computed)
 

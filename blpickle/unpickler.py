@@ -93,7 +93,7 @@ class Unpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         """Import ``module.name`` as pickle does. Overridden in Python so that the error of a
-        missing module or name comes from a frame the loader recognises as code the pickle
+        missing module or name comes from a stack frame the loader recognises as code the pickle
         called (and passes through as pickle does), not as a malformed pickle."""
         return super().find_class(module, name)
 
@@ -456,7 +456,7 @@ def _raise_compact_error(exc: Exception, body: Any) -> NoReturn:
 
 def _raised_by_find_class(exc: Exception) -> bool:
     """True for the error of the C unpickler's ``find_class`` (a module that is not installed,
-    a name it does not hold), which leaves no frame to tell it by: an import error, or
+    a name it does not hold), which leaves no stack frame to tell it by: an import error, or
     pickle's own message for a missing name."""
     return isinstance(exc, ImportError) or (
         isinstance(exc, AttributeError) and str(exc).startswith("Can't get attribute")

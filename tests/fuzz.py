@@ -215,7 +215,7 @@ class Case:
         if self.has_key:
             header_bytes = msgpack.packb(parts.header)
             head = fmt.encode_preamble(len(header_bytes), parts.flags) + header_bytes
-            parts.trailer["signature"] = fmt.signature(KEY, head, [fmt.frame_digest(p) for p in parts.payloads])
+            parts.trailer["signature"] = fmt.signature(KEY, head, [fmt.chunk_digest(p) for p in parts.payloads])
         return records.join(parts, self.trailer)
 
 

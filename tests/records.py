@@ -54,11 +54,11 @@ def join(parts: Parts, trailer: dict[str, Any] | None = None) -> bytes:
     head = fmt.encode_preamble(len(header_bytes), parts.flags) + header_bytes
     header_checksum = fmt.checksum(head)
     out = bytearray(head + fmt.U64.pack(header_checksum))
-    index = fmt.FrameIndex(signature=parts.trailer.get("signature"))
+    index = fmt.ChunkIndex(signature=parts.trailer.get("signature"))
     for number, (payload, raw) in enumerate(zip(parts.payloads, parts.raw, strict=True)):
         if raw:
             out += bytes(fmt.raw_padding(len(out)))
-        checksum = fmt.checksum(payload, fmt.frame_seed(header_checksum, number))
+        checksum = fmt.checksum(payload, fmt.chunk_seed(header_checksum, number))
         index.add(len(out), len(payload), checksum)
         out += fmt.U64.pack(len(payload)) + payload + fmt.U64.pack(checksum)
     trailer_bytes = msgpack.packb(trailer) if trailer is not None else index.encode()

@@ -17,7 +17,7 @@ from records import join, split
 import blpickle
 from blpickle import format as fmt
 from blpickle.engine import reader, writer
-from blpickle.engine.frame_hash import FrameHash
+from blpickle.engine.chunk_hash import ChunkHash
 from blpickle.io.sources import FileSource
 
 
@@ -199,7 +199,7 @@ def slow_hashing(monkeypatch):
         monkeypatch.setattr(reader, "READ_SIZE", 4096)
         monkeypatch.setattr(writer, "RAW_PIECE_SIZE", 4096)
         pending: list[int] = []
-        add, update = FrameHash.add, FrameHash._update
+        add, update = ChunkHash.add, ChunkHash._update
 
         def counted_add(self, piece):
             pending.append(1)
@@ -210,8 +210,8 @@ def slow_hashing(monkeypatch):
             update(self, piece)
             pending.pop()
 
-        monkeypatch.setattr(FrameHash, "add", counted_add)
-        monkeypatch.setattr(FrameHash, "_update", slow_update)
+        monkeypatch.setattr(ChunkHash, "add", counted_add)
+        monkeypatch.setattr(ChunkHash, "_update", slow_update)
         return pending
 
     return start

@@ -87,11 +87,11 @@ def test_garbage_is_not_a_header():
             fmt.Header.decode(garbage)
 
 
-def test_frame_index_round_trips_and_checks_its_length():
-    index = fmt.FrameIndex([24, 500], [100, 200], [2**64 - 1, 0])
-    assert fmt.FrameIndex.decode(index.encode(), 2) == index
-    with pytest.raises(blpickle.CorruptError, match="frames"):
-        fmt.FrameIndex.decode(index.encode(), 3)
+def test_chunk_index_round_trips_and_checks_its_length():
+    index = fmt.ChunkIndex([24, 500], [100, 200], [2**64 - 1, 0])
+    assert fmt.ChunkIndex.decode(index.encode(), 2) == index
+    with pytest.raises(blpickle.CorruptError, match="chunks"):
+        fmt.ChunkIndex.decode(index.encode(), 3)
 
 
 def test_stream_chunking():
@@ -292,7 +292,7 @@ def test_a_header_decodes_the_same_in_one_call_and_piece_by_piece(
 @example(changes={"later": 1}, authenticated=True)
 def test_a_trailer_decodes_the_same_in_one_call_and_piece_by_piece(changes, authenticated):
     data = msgpack.packb({**_INDEX, "signature": "ab" * 32, **changes})
-    decode = lambda data: fmt.FrameIndex.decode(data, 3, authenticated=authenticated)  # noqa: E731
+    decode = lambda data: fmt.ChunkIndex.decode(data, 3, authenticated=authenticated)  # noqa: E731
     one_call, piecewise = _both_ways(decode, "_small_trailer", data)
     assert one_call == piecewise
 
@@ -343,21 +343,21 @@ def test_trailer_bombs_are_refused_within_a_multiple_of_their_size(name):
 
     def decode():
         with pytest.raises(blpickle.CorruptError, match="trailer"):
-            fmt.FrameIndex.decode(data, 3)
+            fmt.ChunkIndex.decode(data, 3)
 
     assert peak_allocated(decode) < fmt.HEADER_COST * len(data) + (1 << 20)
 
 
 def test_trailers_cost_a_multiple_of_their_size():
     nframes = _SIZE // 20
-    index = fmt.FrameIndex(list(range(1 << 32, (1 << 32) + nframes)), [300] * nframes, [2**64 - 1] * nframes)
+    index = fmt.ChunkIndex(list(range(1 << 32, (1 << 32) + nframes)), [300] * nframes, [2**64 - 1] * nframes)
     data = msgpack.packb({**msgpack.unpackb(index.encode()), "later": [[[[]] * 30] * 30] * 30})
     decoded = []
-    peak = peak_allocated(lambda: decoded.append(fmt.FrameIndex.decode(data, nframes)))
+    peak = peak_allocated(lambda: decoded.append(fmt.ChunkIndex.decode(data, nframes)))
     assert peak < fmt.HEADER_COST * len(data) + (1 << 20)
     assert decoded[0] == index
     with pytest.raises(blpickle.CorruptError, match="'later' is outside the signature"):
-        fmt.FrameIndex.decode(data, nframes, authenticated=True)
+        fmt.ChunkIndex.decode(data, nframes, authenticated=True)
 
 
 @pytest.mark.parametrize(

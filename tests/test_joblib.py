@@ -80,7 +80,7 @@ def _frames(stream: bytes) -> list[tuple[int, bytes]]:
     pos = joblib_stream.HEADER.size + 8
     frames = []
     while True:
-        nbytes, csize = joblib_stream.FRAME.unpack_from(stream, pos)
+        nbytes, csize = joblib_stream.CHUNK_SIZES.unpack_from(stream, pos)
         if nbytes == 0:
             return frames
         frames.append((nbytes, stream[pos + 16 : pos + 16 + csize]))
@@ -731,15 +731,15 @@ def test_every_flipped_byte_raises_a_load_error():
 def test_specific_damage_gives_specific_errors():
     stream = bytearray(_small_stream())
     first = joblib_stream.HEADER.size + 8  # the first frame
-    _nbytes, csize = joblib_stream.FRAME.unpack_from(stream, first)
+    _nbytes, csize = joblib_stream.CHUNK_SIZES.unpack_from(stream, first)
     with pytest.raises(blpickle.ChecksumError, match="the stream header"):
         _loads(bytes(stream[:9]) + b"\x07" + bytes(stream[10:]))  # the minor version byte
     with pytest.raises(blpickle.UnsupportedVersionError):
         _loads(bytes(stream[:8]) + b"\x07" + bytes(stream[9:]))  # the major version byte
     cases = {
-        "payload": (first + 16 + csize // 2, blpickle.ChecksumError, "frame 0 of the stream"),
-        "checksum": (first + 16 + csize, blpickle.ChecksumError, "frame 0 of the stream"),
-        "size": (first + 7, blpickle.CorruptError, "frame 0 of the stream at offset 24 is sized"),
+        "payload": (first + 16 + csize // 2, blpickle.ChecksumError, "chunk 0 of the stream"),
+        "checksum": (first + 16 + csize, blpickle.ChecksumError, "chunk 0 of the stream"),
+        "size": (first + 7, blpickle.CorruptError, "chunk 0 of the stream at offset 24 is sized"),
     }
     for offset, error, match in cases.values():
         damaged = bytearray(stream)
@@ -757,11 +757,11 @@ def test_a_lying_chunk_header_never_reaches_blosc2():
     the sizes are checked before decompress2 (which would overflow the destination)."""
     stream = bytearray(_stream(bytes(range(256)) * 64, chunk_size=4096))
     pos = joblib_stream.HEADER.size + 8
-    nbytes, csize = joblib_stream.FRAME.unpack_from(stream, pos)
+    nbytes, csize = joblib_stream.CHUNK_SIZES.unpack_from(stream, pos)
     chunk = bytearray(stream[pos + 16 : pos + 16 + csize])
     struct.pack_into("<I", chunk, 4, nbytes * 4)  # Blosc2 header: nbytes at offset 4
     header_checksum = fmt.checksum(bytes(stream[: joblib_stream.HEADER.size]))
-    digest = fmt.checksum(bytes(chunk), fmt.frame_seed(header_checksum, 0))
+    digest = fmt.checksum(bytes(chunk), fmt.chunk_seed(header_checksum, 0))
     stream[pos + 16 : pos + 16 + csize] = chunk
     struct.pack_into("<Q", stream, pos + 16 + csize, digest)
     with (
@@ -779,10 +779,10 @@ def _zeros_stream(nframes: int, chunk_size: int) -> bytes:
     out = bytearray(head + fmt.U64.pack(header_checksum))
     for index in range(nframes):
         chunk = zeros_chunk(chunk_size)
-        digest = fmt.checksum(chunk, fmt.frame_seed(header_checksum, index))
-        out += joblib_stream.FRAME.pack(chunk_size, len(chunk)) + chunk + fmt.U64.pack(digest)
-    end = joblib_stream.FRAME.pack(0, 0) + joblib_stream.END.pack(nframes, nframes * chunk_size)
-    return bytes(out + end + fmt.U64.pack(fmt.checksum(end, fmt.frame_seed(header_checksum, nframes))))
+        digest = fmt.checksum(chunk, fmt.chunk_seed(header_checksum, index))
+        out += joblib_stream.CHUNK_SIZES.pack(chunk_size, len(chunk)) + chunk + fmt.U64.pack(digest)
+    end = joblib_stream.CHUNK_SIZES.pack(0, 0) + joblib_stream.END.pack(nframes, nframes * chunk_size)
+    return bytes(out + end + fmt.U64.pack(fmt.checksum(end, fmt.chunk_seed(header_checksum, nframes))))
 
 
 def test_a_forged_stream_of_zeros_reads_ahead_within_a_bound_and_is_no_pickle():

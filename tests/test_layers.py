@@ -123,6 +123,19 @@ def test_integrations_use_the_public_api_and_a_few_modules_besides():
     assert not any(_folder(name) in ("cli", "restricted") for name in helpers)
 
 
+def test_each_library_s_reconstructors_import_only_the_shared_checks():
+    """A library's vetted reconstructors change in its own module of restricted/reconstructors/."""
+    folder = "blpickle.restricted.reconstructors"
+    crossing = {
+        (module, name)
+        for module, path in MODULES.items()
+        if module.startswith(folder + ".")
+        for name in _imports(path, module_level=False)
+        if name.startswith(folder) and name != f"{folder}.checks"
+    }
+    assert crossing == set()
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """Return a cycle of ``graph`` (a list of nodes, the first repeated at the end), or None."""
     state: dict[str, int] = {}

@@ -71,7 +71,7 @@ def test_a_damaged_envelope_is_a_clear_error():
         bl_loky._open(bl_loky._HEAD.pack(99, 0), b"")
     with pytest.raises(blpickle.CorruptError, match="damaged head"):
         bl_loky._open(head[:-1], b"")
-    with pytest.raises(blpickle.CorruptError, match="fewer frames"):
+    with pytest.raises(blpickle.CorruptError, match="fewer parts"):
         bl_loky._open(head, pickle.dumps(None))
     with pytest.raises(blpickle.CorruptError, match="arrived as 3 bytes"):
         bl_loky._open(head, pickle.dumps(None), bytearray(3))

@@ -15,8 +15,8 @@ import pytest
 from records import with_pickle_stream
 
 import blpickle
-from blpickle.restricted import unpickler as restricted_unpickler
-from blpickle.restricted.unpickler import OBJECTS_SLACK
+from blpickle.restricted import machine as restricted_machine
+from blpickle.restricted.machine import OBJECTS_SLACK
 
 CALLS: list[str] = []
 
@@ -237,8 +237,8 @@ def test_a_decompression_bomb_of_containers_is_refused_within_its_budget():
 
 
 def test_a_decompression_bomb_of_opcodes_is_refused_within_its_budget(monkeypatch):
-    monkeypatch.setattr(restricted_unpickler, "OPCODES_SLACK", 1 << 12)
-    monkeypatch.setattr(restricted_unpickler, "OPCODES_PER_BYTE", 64)
+    monkeypatch.setattr(restricted_machine, "OPCODES_SLACK", 1 << 12)
+    monkeypatch.setattr(restricted_machine, "OPCODES_PER_BYTE", 64)
     record = blpickle.dumps([np.ones(100_000, "u1")])
     # opcodes that make nothing (NONE, POP), in a frame
     with pytest.raises(blpickle.LimitError, match="opcodes from"):

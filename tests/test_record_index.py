@@ -29,15 +29,15 @@ def _append_trailer(record: bytes, chunks: list[tuple[bytes | None, int, bool]])
     own = split(record)
     offsets = _chunks(record)[0]
     out = bytearray(record)
-    index = fmt.FrameIndex()
+    index = fmt.ChunkIndex()
     for payload, frame, raw in chunks:
         if payload is None:
             payload = own.payloads[frame]
-            index.add(offsets[frame], len(payload), fmt.checksum(payload, fmt.frame_seed(header_checksum, frame)))
+            index.add(offsets[frame], len(payload), fmt.checksum(payload, fmt.chunk_seed(header_checksum, frame)))
             continue
         if raw:
             out += bytes(fmt.raw_padding(len(out)))
-        checksum = fmt.checksum(payload, fmt.frame_seed(header_checksum, frame))
+        checksum = fmt.checksum(payload, fmt.chunk_seed(header_checksum, frame))
         index.add(len(out), len(payload), checksum)
         out += fmt.U64.pack(len(payload)) + payload + fmt.U64.pack(checksum)
     trailer = index.encode()

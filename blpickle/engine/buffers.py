@@ -1,4 +1,6 @@
-"""Out-of-band payloads: the memory of one buffer, cut into chunks without copying it whole."""
+"""Out-of-band payloads: the memory of one buffer, cut into chunks without copying it whole,
+as records store it (`blpickle.engine.writer`) and processes send it
+(`blpickle.integrations.transport`)."""
 
 from __future__ import annotations
 
@@ -80,6 +82,16 @@ class Payload:
         if self._contiguous is not None:
             return spread_sample(self._contiguous, size, self.itemsize)
         return next(self.chunks(max(size - size % self.chunk_multiple, self.chunk_multiple)), b"")
+
+    def whole(self) -> memoryview:
+        """Return the data as one contiguous ``"B"`` memoryview, not copied.
+
+        Raises:
+            BufferError: for a strided view, whose bytes only `chunks` gives (copied).
+        """
+        if self._contiguous is None:
+            raise BufferError("a strided payload has no contiguous memory: read it by chunks")
+        return self._contiguous
 
     @property
     def chunk_multiple(self) -> int:

@@ -111,7 +111,7 @@ def _decompress_job(job: tuple[Any, memoryview, str]) -> None:
 def unpack_chunk(
     packed: Any, stored: int, seed: int, nbytes: int, dst: memoryview | None, what: str, offset: int
 ) -> None:
-    """Check one stored chunk (a frame's payload) and decompress it into ``dst``; with
+    """Check one stored chunk (its Blosc2 data) and decompress it into ``dst``; with
     ``dst`` None, only check it.
 
     In this order: its checksum (before anything reaches Blosc2), then its declared sizes

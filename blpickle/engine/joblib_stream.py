@@ -36,21 +36,21 @@ from .policy import plan_stream_chunk
 from .pool import map_ordered, shared_pool
 from .writer import CountingWriter
 
-__all__ = ["END", "FRAME", "HEADER", "MAGIC", "STREAM_OPTIONS", "BloscFile", "StreamMagicError"]
+__all__ = ["CHUNK_SIZES", "END", "HEADER", "MAGIC", "STREAM_OPTIONS", "BloscFile", "StreamMagicError"]
 
 #: The first 8 bytes of a stream.
 MAGIC = fmt.JOBLIB_MAGIC
 VERSION_MAJOR = 1
 VERSION_MINOR = 0
 HEADER = struct.Struct("<8sBBHI")  # magic, major, minor, flags, chunk size (then its u64 checksum)
-FRAME = struct.Struct("<QQ")  # decompressed size, stored size (0, 0: the end record follows)
-END = struct.Struct("<QQ")  # number of frames, total decompressed size (then its u64 checksum)
+CHUNK_SIZES = struct.Struct("<QQ")  # decompressed size, stored size (0, 0: the end record follows)
+END = struct.Struct("<QQ")  # number of chunks, total decompressed size (then its u64 checksum)
 #: Chunk sizes are multiples of this, so that array elements (which joblib aligns to 16 bytes
 #: in its stream) start at the same phase in every chunk.
 CHUNK_MULTIPLE = 64
 STREAM_OPTIONS = Options()
 """The default options: blpickle's (codec "auto", shuffle, 4 MiB chunks)."""
-#: ``count`` for `blpickle.engine.pool.map_ordered`: the number of frames is not known ahead.
+#: ``count`` for `blpickle.engine.pool.map_ordered`: the number of chunks is not known ahead.
 _UNKNOWN_COUNT = 1 << 62
 _WRITE, _READ = "wb", "rb"
 #: Chunk buffers kept for reuse (already paged in), in each direction.
@@ -186,7 +186,7 @@ class BloscFile(io.RawIOBase):
         self._out.write(head + fmt.U64.pack(self._header_checksum))
         self._fill = np.empty(0, dtype=np.uint8)
         self._filled = 0
-        self._nframes = 0
+        self._nchunks = 0
         self._pending: deque[Future[tuple[np.ndarray, bytes, int]]] = deque()
         self._spare: list[np.ndarray] = []
         self._failed = False
@@ -213,15 +213,15 @@ class BloscFile(io.RawIOBase):
         return len(view)
 
     def _submit(self, chunk: np.ndarray) -> None:
-        """Start compressing a full chunk; write the oldest frames while too many are in flight."""
-        index = self._nframes
-        self._nframes += 1
+        """Start compressing a full chunk; write the oldest chunks while too many are in flight."""
+        index = self._nchunks
+        self._nchunks += 1
         if self._threads == 1:
-            self._write_frame(*self._compress(index, chunk))
+            self._write_chunk(*self._compress(index, chunk))
             return
         self._pending.append(shared_pool(self._threads).submit(self._compress, index, chunk))
         while len(self._pending) > self._threads + 1:  # one queued: no thread waits for the caller
-            self._write_frame(*self._pending.popleft().result())
+            self._write_chunk(*self._pending.popleft().result())
 
     def _compress(self, index: int, chunk: np.ndarray) -> tuple[np.ndarray, bytes, int]:
         """Return the chunk, its Blosc2 chunk and that one's checksum (in a pool thread)."""
@@ -229,10 +229,10 @@ class BloscFile(io.RawIOBase):
             packed = compress_chunk(chunk, plan_stream_chunk(chunk, self._options, self._alternatives).cparams)
         except Exception as exc:
             raise DumpError(f"the joblib stream could not compress chunk {index} ({len(chunk)} bytes): {exc}") from exc
-        return chunk, packed, fmt.checksum(packed, fmt.frame_seed(self._header_checksum, index))
+        return chunk, packed, fmt.checksum(packed, fmt.chunk_seed(self._header_checksum, index))
 
-    def _write_frame(self, chunk: np.ndarray, packed: bytes, digest: int) -> None:
-        self._out.write(FRAME.pack(len(chunk), len(packed)))
+    def _write_chunk(self, chunk: np.ndarray, packed: bytes, digest: int) -> None:
+        self._out.write(CHUNK_SIZES.pack(len(chunk), len(packed)))
         self._out.write(packed)
         self._out.write(fmt.U64.pack(digest))
         if len(chunk) == self._chunk_size and len(self._spare) < _SPARE_BUFFERS:
@@ -243,12 +243,12 @@ class BloscFile(io.RawIOBase):
             if self._failed:  # a write failed: leave the stream unterminated
                 return
             while self._pending:
-                self._write_frame(*self._pending.popleft().result())
+                self._write_chunk(*self._pending.popleft().result())
             if self._filled:
-                self._write_frame(*self._compress(self._nframes, self._fill[: self._filled]))
-                self._nframes += 1
-            end = FRAME.pack(0, 0) + END.pack(self._nframes, self._pos)
-            digest = fmt.checksum(end, fmt.frame_seed(self._header_checksum, self._nframes))
+                self._write_chunk(*self._compress(self._nchunks, self._fill[: self._filled]))
+                self._nchunks += 1
+            end = CHUNK_SIZES.pack(0, 0) + END.pack(self._nchunks, self._pos)
+            digest = fmt.checksum(end, fmt.chunk_seed(self._header_checksum, self._nchunks))
             self._out.write(end + fmt.U64.pack(digest))
         finally:
             for future in self._pending:  # after an error: let running compressions finish
@@ -285,28 +285,28 @@ class BloscFile(io.RawIOBase):
         self._spare_chunks: list[np.ndarray] = []
         self._spare_packed: list[np.ndarray] = []
         threads = max(1, min(self._threads, READ_AHEAD // chunk_size - 1))  # threads + 1 chunks in flight
-        results = map_ordered(self._decompress, self._frames(), _UNKNOWN_COUNT, threads)
+        results = map_ordered(self._decompress, self._chunks_in(), _UNKNOWN_COUNT, threads)
         self._results = cast(Generator[tuple[np.ndarray, memoryview], None, None], results)  # closed by close()
 
-    def _frames(self) -> Iterator[tuple]:
-        """Read the frames in order (in the reading thread), yielding decompression jobs."""
+    def _chunks_in(self) -> Iterator[tuple]:
+        """Read the chunks in order (in the reading thread), yielding decompression jobs."""
         source = self._source
         index = total = 0
         while True:
             offset = source.pos
-            what = f"frame {index} of the stream"
-            nbytes, csize = FRAME.unpack(source.read(FRAME.size, f"the sizes of {what}"))
+            what = f"chunk {index} of the stream"
+            nbytes, csize = CHUNK_SIZES.unpack(source.read(CHUNK_SIZES.size, f"the sizes of {what}"))
             if nbytes == csize == 0:
                 self._check_end(offset, index, total)
                 return
             if total % self._chunk_size:
-                raise CorruptError(f"{what} at offset {offset} comes after a short frame, which must be the last")
+                raise CorruptError(f"{what} at offset {offset} comes after a short chunk, which must be the last")
             if (
                 not 1 <= nbytes <= self._chunk_size
                 or not fmt.BLOSC2_MIN_CHUNK <= csize <= nbytes + fmt.BLOSC2_MAX_OVERHEAD
             ):
                 raise CorruptError(
-                    f"{what} at offset {offset} is sized {nbytes} bytes stored in {csize}: a frame holds "
+                    f"{what} at offset {offset} is sized {nbytes} bytes stored in {csize}: a chunk holds "
                     f"1 to {self._chunk_size} bytes in {fmt.BLOSC2_MIN_CHUNK} to {fmt.BLOSC2_MAX_OVERHEAD} more"
                 )
             if self._packed_size <= READ_SIZE:  # a reused buffer, of at most 8 MiB before its bytes arrive
@@ -317,7 +317,7 @@ class BloscFile(io.RawIOBase):
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             full = nbytes == self._chunk_size and self._spare_chunks
             dst = self._spare_chunks.pop() if full else np.empty(nbytes, dtype=np.uint8)
-            seed = fmt.frame_seed(self._header_checksum, index)
+            seed = fmt.chunk_seed(self._header_checksum, index)
             yield packed, (packed.data[:csize], stored, seed, nbytes, dst.data, what, offset)
             index += 1
             total += nbytes
@@ -328,17 +328,17 @@ class BloscFile(io.RawIOBase):
         unpack_chunk(*chunk)  # checksum, then the chunk's declared sizes, then Blosc2
         return packed, chunk[4]
 
-    def _check_end(self, offset: int, nframes: int, total: int) -> None:
+    def _check_end(self, offset: int, nchunks: int, total: int) -> None:
         rest = self._source.read(END.size, "the end record")
         stored = fmt.U64.unpack(self._source.read(fmt.U64.size, "the checksum of the end record"))[0]
-        computed = fmt.checksum(FRAME.pack(0, 0) + rest, fmt.frame_seed(self._header_checksum, nframes))
+        computed = fmt.checksum(CHUNK_SIZES.pack(0, 0) + rest, fmt.chunk_seed(self._header_checksum, nchunks))
         if stored != computed:
             raise ChecksumError("the end record", offset, stored, computed)
-        if END.unpack(rest) != (nframes, total):
-            declared_frames, declared_total = END.unpack(rest)
+        if END.unpack(rest) != (nchunks, total):
+            declared_chunks, declared_total = END.unpack(rest)
             raise CorruptError(
-                f"the end record at offset {offset} counts {declared_frames} frames of {declared_total} bytes; "
-                f"{nframes} frames of {total} bytes precede it"
+                f"the end record at offset {offset} counts {declared_chunks} chunks of {declared_total} bytes; "
+                f"{nchunks} chunks of {total} bytes precede it"
             )
 
     def _next_chunk(self) -> bool:

@@ -1,6 +1,6 @@
 """Reading records: the header, then each stream in order, then the trailer.
 
-Frames are checked (checksum, then declared sizes) and decompressed in the shared pool
+Chunks are checked (checksum, then declared sizes) and decompressed in the shared pool
 (`blpickle.engine.chunks`) while the calling thread reads the next ones; memory stays bounded
 whatever the buffer sizes.
 """
@@ -19,8 +19,8 @@ from .. import format as fmt
 from ..errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
 from ..format.trailer import check_footer, check_trailer_size, chunk_name, parse_index
 from ..io.sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
+from .chunk_hash import ChunkHash
 from .chunks import unpack_chunk
-from .frame_hash import FrameHash
 from .pool import map_ordered, shared_pool
 
 __all__ = ["RecordReader", "allocate_stream", "byte_view"]
@@ -38,7 +38,7 @@ class RecordReader:
 
     A compact record (version 1.1) reads as a record of one raw stream, its pickle, with
     ``compact`` true: its "header" is the pickle, checked by the header checksum, and it has
-    no frames and no trailer.
+    no chunks and no trailer.
 
     Raises:
         LoadError subclasses for any damaged or truncated input; SignatureError for an
@@ -69,7 +69,7 @@ class RecordReader:
         self._digests: list[bytes] = []
         self._authenticated: deque[bytes] | None = None  # digests a second reading must match
         self._next_stream = 0
-        self.index = fmt.FrameIndex()
+        self.index = fmt.ChunkIndex()
         self._compact_pickle: bytes | None = None
         if self.compact:
             self.header = fmt.compact_header(header_bytes)
@@ -87,7 +87,7 @@ class RecordReader:
         record as it was checked.
 
         A record in memory (or memory-mapped) is read again in place. A source with random
-        access (a plain file on disk) is read again too, each frame checked against the BLAKE2b
+        access (a plain file on disk) is read again too, each chunk checked against the BLAKE2b
         digest the signature covered before it is used, so that a file changed meanwhile
         raises `SignatureError`; any other source is kept in memory as stored (compressed)
         meanwhile. Either way, what is decompressed is exactly what was authenticated.
@@ -97,9 +97,9 @@ class RecordReader:
             match.
         """
         source, start = self._source, self._source.pos
-        reread = None if isinstance(source, MemorySource) else source.random_access()
+        reread = not isinstance(source, MemorySource) and source.random_access() is not None
         kept: MemorySource | RecordingSource | None = source if isinstance(source, MemorySource) else None
-        if kept is None and reread is None:
+        if kept is None and not reread:
             kept = self._source = RecordingSource(source, self._head + fmt.U64.pack(self._header_checksum))
         for _ in self.header.streams:
             self.skip_stream()
@@ -108,13 +108,12 @@ class RecordReader:
             self._source = kept.replay()
             self._source.seek(start)
         else:
-            assert reread is not None
             self._authenticated = deque(self._digests)
-            reread.seek(start)
+            source.seek(start)
         self._digests = []
         self._key = None  # authenticated: the second reading checks the checksums only
         self._next_stream = 0
-        self.index = fmt.FrameIndex()
+        self.index = fmt.ChunkIndex()
 
     def _read_head(self, preamble: bytes, header_size: int) -> tuple[bytes, int]:
         """Read the header and its checksum; return both once the checksum over the
@@ -138,7 +137,7 @@ class RecordReader:
         array, and return that.
 
         Raises:
-            LoadError subclasses when a frame is damaged, truncated or inconsistent.
+            LoadError subclasses when a chunk is damaged, truncated or inconsistent.
         """
         info = self.next_stream()
         if info is None:
@@ -159,17 +158,17 @@ class RecordReader:
             mappable = into is None and number > 0 and info.splice is None and self.header.uncompressed
             return self._read_raw(info, number, keep=True, into=into, mappable=mappable)
         out: np.ndarray | memoryview
-        frames: Iterable[tuple]
+        chunks: Iterable[tuple]
         if number == 0:
-            out, frames = self._read_graph(info)
+            out, chunks = self._read_graph(info)
         else:
             out = allocate_stream(info.nbytes, number) if into is None else into
-            frames = self._read_frames(info, number, out)
-        self._run(info, frames)
+            chunks = self._read_chunks(info, number, out)
+        self._run(info, chunks)
         return out
 
     def read_chunks(self, allocate: Callable[[int], Any] | None = None) -> Iterator[memoryview]:
-        """Read the pickle stream's frames (call it first) and start decompressing all but
+        """Read the pickle stream's chunks (call it first) and start decompressing all but
         the first in the pool; return an iterator over its decompressed chunks, in order, so
         that unpickling can start with the first chunk while the others decompress. The first one is
         decompressed by the iterator itself (its caller would only wait for the pool). (A raw
@@ -178,7 +177,7 @@ class RecordReader:
         array).
 
         Raises:
-            LoadError subclasses when a frame is damaged, truncated or inconsistent (for a
+            LoadError subclasses when a chunk is damaged, truncated or inconsistent (for a
             damaged chunk: when the iterator reaches it).
         """
         info = self.header.streams[0]
@@ -198,12 +197,12 @@ class RecordReader:
         one; a compact record's pickle: in one piece, checked with the header).
 
         A chunk is checked before it is decompressed, and no more is decompressed than
-        ``MAX_GRAPH_RATIO`` times the bytes stored so far: frames are read ahead (kept as
+        ``MAX_GRAPH_RATIO`` times the bytes stored so far: chunks are read ahead (kept as
         stored) while the next chunk would pass that, and a stream whose whole passes it
-        raises the `LimitError` that `read_stream` raises, once its frames are read.
+        raises the `LimitError` that `read_stream` raises, once its chunks are read.
 
         Raises:
-            LoadError subclasses when a frame is damaged, truncated or inconsistent.
+            LoadError subclasses when a chunk is damaged, truncated or inconsistent.
         """
         number, info = self._next()
         if self._compact_pickle is not None:
@@ -217,9 +216,9 @@ class RecordReader:
         ahead: deque[tuple] = deque()
         buffer = None
         stored = decompressed = 0
-        for frame in self._read_frames(info, number, None):
-            ahead.append(frame)
-            stored += len(frame[0])
+        for chunk in self._read_chunks(info, number, None):
+            ahead.append(chunk)
+            stored += len(chunk[0])
             while ahead and decompressed + ahead[0][3] <= stored * fmt.MAX_GRAPH_RATIO:
                 packed, checksum, seed, nbytes, _, what, offset = ahead.popleft()
                 if buffer is None:
@@ -238,7 +237,7 @@ class RecordReader:
         if info.raw:
             self._read_raw(info, number, keep=False)
         else:
-            self._run(info, self._read_frames(info, number, None))
+            self._run(info, self._read_chunks(info, number, None))
 
     def next_stream(self) -> fmt.StreamInfo | None:
         """Return the stream to be read next, or None after the last one."""
@@ -255,7 +254,7 @@ class RecordReader:
                 )
             yield self.read_stream()
 
-    def finish(self) -> fmt.FrameIndex:
+    def finish(self) -> fmt.ChunkIndex:
         """Read and check the trailer (and the signature, with a key); every stream must have
         been read. Return the trailer.
 
@@ -282,16 +281,16 @@ class RecordReader:
             self.index.csizes,
             self.index.checksums,
         ):
-            raise CorruptError("the trailer's frame index does not match the frames read")
+            raise CorruptError("the trailer's chunk index does not match the chunks read")
         if self._key is not None:
             expected = fmt.signature(self._key, self._head, self._digests)
             if index.signature is None or not hmac.compare_digest(index.signature, expected):
                 raise SignatureError("the record's signature does not match: wrong key, or the record was altered")
         return index
 
-    def index_from_end(self) -> fmt.FrameIndex | None:
-        """Return the record's frame index read from the end of the source, without reading
-        the frames (random access), then stand after the record. Return None when the source
+    def index_from_end(self) -> fmt.ChunkIndex | None:
+        """Return the record's chunk index read from the end of the source, without reading
+        the chunks (random access), then stand after the record. Return None when the source
         cannot seek, or when what ends it is not this record's footer and trailer.
 
         Raises:
@@ -300,15 +299,15 @@ class RecordReader:
         if self._compact_pickle is not None:
             self._next_stream = len(self.header.streams)
             return self.index  # the source stands after the record already
-        source = self._source.random_access()
-        end = None if source is None else source.size()
-        if source is None or end is None or end - self._source.pos < fmt.U64.size + fmt.FOOTER.size:
+        ranges = self._source.random_access()
+        if ranges is None or ranges.size - self._source.pos < fmt.U64.size + fmt.FOOTER.size:
             return None
-        size, stored, end_magic = fmt.FOOTER.unpack(source.read_at(end - fmt.FOOTER.size, fmt.FOOTER.size))
+        end = ranges.size
+        size, stored, end_magic = fmt.FOOTER.unpack(ranges.read(end - fmt.FOOTER.size, fmt.FOOTER.size, "the footer"))
         start = end - fmt.FOOTER.size - size
         if end_magic != fmt.END_MAGIC or size > fmt.MAX_TRAILER_SIZE or start - fmt.U64.size < self._source.pos:
             return None
-        trailer = bytes(source.read_at(start, size))
+        trailer = bytes(ranges.read(start, size, "the trailer"))
         if fmt.checksum(trailer, self._header_checksum) != stored:
             return None  # another record's footer (the checksum is seeded with our header's)
         try:
@@ -322,7 +321,7 @@ class RecordReader:
             self.index.checksums,
         ):
             return None
-        source.seek(end)
+        self._source.seek(end)
         return index
 
     def _next(self) -> tuple[int, fmt.StreamInfo]:
@@ -330,34 +329,34 @@ class RecordReader:
         self._next_stream += 1
         return number, self.header.streams[number]
 
-    def _run(self, info: fmt.StreamInfo, frames: Iterable[tuple]) -> None:
-        """Check (and decompress) the frames of a compressed stream in the pool."""
+    def _run(self, info: fmt.StreamInfo, chunks: Iterable[tuple]) -> None:
+        """Check (and decompress) the chunks of a compressed stream in the pool."""
         sign = self._key is not None
-        jobs = ((*frame, sign) for frame in frames)
-        for digest in map_ordered(_unpack_frame, jobs, info.nchunks, self._nthreads):
+        jobs = ((*chunk, sign) for chunk in chunks)
+        for digest in map_ordered(_unpack, jobs, info.nchunks, self._nthreads):
             if digest is not None:
                 self._digests.append(digest)
 
     def _read_graph(
         self, info: fmt.StreamInfo, allocate: Callable[[int], Any] | None = None
     ) -> tuple[Any, list[tuple]]:
-        """Read every frame of the compressed pickle stream, then allocate where it
-        decompresses to; return that and the frames (`unpack_chunk` arguments).
+        """Read every chunk of the compressed pickle stream, then allocate where it
+        decompresses to; return that and the chunks (`unpack_chunk` arguments).
 
         Raises:
             LimitError: when the stream declares more than ``MAX_GRAPH_RATIO`` times its
                 stored size (before anything is allocated for it).
         """
-        frames = list(self._read_frames(info, 0, None))
-        stored = sum(len(packed) for packed, *_ in frames)
+        chunks = list(self._read_chunks(info, 0, None))
+        stored = sum(len(packed) for packed, *_ in chunks)
         if info.nbytes > stored * fmt.MAX_GRAPH_RATIO:
             raise _ratio_error(info.nbytes, stored)
         out = allocate_stream(info.nbytes, 0, allocate)
         view = memoryview(out).cast("B")
-        spans = zip(frames, info.chunk_spans(), strict=True)
-        return out, [(*frame[:4], view[start:stop], *frame[5:]) for frame, (start, stop) in spans]
+        spans = zip(chunks, info.chunk_spans(), strict=True)
+        return out, [(*chunk[:4], view[start:stop], *chunk[5:]) for chunk, (start, stop) in spans]
 
-    def _read_frames(self, info: fmt.StreamInfo, number: int, out: np.ndarray | memoryview | None) -> Iterator[tuple]:
+    def _read_chunks(self, info: fmt.StreamInfo, number: int, out: np.ndarray | memoryview | None) -> Iterator[tuple]:
         source = self._source
         for chunk, (start, stop) in enumerate(info.chunk_spans()):
             what = chunk_name(number, chunk)
@@ -367,13 +366,13 @@ class RecordReader:
                 raise CorruptError(
                     f"{what} at offset {offset} declares {csize} compressed bytes for {stop - start} bytes of data"
                 )
-            # a frame read again after the signature check is matched to its digest here, before use
+            # a chunk read again after the signature check is matched to its digest here, before use
             later = out is not None and number > 0 and self._authenticated is None
             packed = (later and source.read_later(csize, what)) or source.read(csize, what)
             if self._authenticated is not None:
-                self._check_authenticated(fmt.frame_digest(packed), what, offset)
+                self._check_authenticated(fmt.chunk_digest(packed), what, offset)
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
-            seed = fmt.frame_seed(self._header_checksum, len(self.index))
+            seed = fmt.chunk_seed(self._header_checksum, len(self.index))
             self.index.add(offset, csize, stored)
             dst = None if out is None else byte_view(out)[start:stop]
             yield packed, stored, seed, stop - start, dst, what, offset
@@ -398,7 +397,7 @@ class RecordReader:
         return out
 
     def _raw_prologue(self, info: fmt.StreamInfo, number: int) -> tuple[str, int]:
-        """Read the padding and size field of a raw stream's frame; return its name and offset.
+        """Read the padding and size field of a raw stream's chunk; return its name and offset.
 
         Raises:
             CorruptError, TruncatedError: for padding that is not zero, a size that is not
@@ -421,22 +420,22 @@ class RecordReader:
     def _raw_pieces(
         self, what: str, offset: int, size: int, out: np.ndarray | memoryview | None, number: int
     ) -> Iterator[memoryview]:
-        """Read a raw frame's ``size`` bytes into ``out`` (or, if None, into one reused buffer
+        """Read a raw chunk's ``size`` bytes into ``out`` (or, if None, into one reused buffer
         of at most ``READ_SIZE`` bytes), yielding each piece as it is read; then check the
-        frame's checksum (and, on a second reading of a signed record, its digest).
+        chunk's checksum (and, on a second reading of a signed record, its digest).
 
         Raises:
-            TruncatedError: for a frame that ends early.
+            TruncatedError: for a chunk that ends early.
             ChecksumError, SignatureError: after the last piece, for a damaged or changed
-                frame.
+                chunk.
         """
         source = self._source
-        seed = fmt.frame_seed(self._header_checksum, len(self.index))
+        seed = fmt.chunk_seed(self._header_checksum, len(self.index))
         signed = self._key is not None or self._authenticated is not None
         # pieces of ``out`` read from disk are hashed while the next one is read (a copy from
         # memory holds the GIL, and a reused buffer would change under the hashing)
         beside = out is not None and size > READ_SIZE and source.system_reads
-        frame_hash = FrameHash(seed, signed, self._nthreads if beside else 1)
+        chunk_hash = ChunkHash(seed, signed, self._nthreads if beside else 1)
         whole = None if out is None else byte_view(out)
         if whole is None:
             whole = byte_view(allocate_stream(min(size, READ_SIZE), number))
@@ -445,23 +444,23 @@ class RecordReader:
                 count = min(READ_SIZE, size - start)
                 piece = whole[start : start + count] if out is not None else whole[:count]
                 source.readinto(piece, what)
-                frame_hash.add(piece)
+                chunk_hash.add(piece)
                 yield piece
         finally:  # ``out`` may be the unpickler's buffer, freed once a read fails
-            frame_hash.settle()
+            chunk_hash.settle()
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         self.index.add(offset, size, stored)
-        digest = frame_hash.digest()
+        digest = chunk_hash.digest()
         if digest is not None and self._key is None:
             self._check_authenticated(digest, what, offset)
-        computed = frame_hash.checksum()
+        computed = chunk_hash.checksum()
         if stored != computed:
             raise ChecksumError(what, offset, stored, computed)
         if digest is not None and self._key is not None:
             self._digests.append(digest)
 
     def _check_authenticated(self, digest: bytes, what: str, offset: int) -> None:
-        """Refuse a frame, read again after the signature was checked, that is not the frame
+        """Refuse a chunk, read again after the signature was checked, that is not the chunk
         the signature covered.
 
         Raises:
@@ -523,11 +522,11 @@ def allocate_stream(nbytes: int, number: int, allocate: Callable[[int], Any] | N
         raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
 
 
-def _unpack_frame(job: tuple) -> bytes | None:
-    """Run `unpack_chunk` on a frame (reading its payload first if it is a `PendingRead`);
+def _unpack(job: tuple) -> bytes | None:
+    """Run `unpack_chunk` on a chunk (reading its payload first if it is a `PendingRead`);
     return its BLAKE2b digest if the record is signed."""
     packed, *chunk, sign = job
     if isinstance(packed, PendingRead):
         packed = packed.read()
     unpack_chunk(packed, *chunk)
-    return fmt.frame_digest(packed) if sign else None
+    return fmt.chunk_digest(packed) if sign else None

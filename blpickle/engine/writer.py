@@ -2,7 +2,7 @@
 
 Data flows one way: the pickler hands over a `Pickled` (its pickle stream, compressing
 already if it is big, and its out-of-band buffers); `write_pickled` plans every stream
-(`blpickle.engine.policy`), encodes the header once with its codecs, then writes the frames and the
+(`blpickle.engine.policy`), encodes the header once with its codecs, then writes the chunks and the
 trailer. (A small pickle with no out-of-band buffer is a compact record instead, written by
 the pickler with `blpickle.format.encode_compact`.)
 """
@@ -20,8 +20,8 @@ from ..errors import DumpError
 from ..format.dtypes import dtype_text
 from ..options import Options
 from .buffers import Payload
+from .chunk_hash import ChunkHash
 from .chunks import compress_chunk
-from .frame_hash import FrameHash
 from .policy import ChunkPlan, plan_buffer, plan_pickle
 from .pool import map_ordered, shared_pool
 
@@ -191,7 +191,7 @@ def _chunk_multiple(payload: Payload, options: Options) -> int:
     return row if 0 < row <= options.chunk_size else payload.chunk_multiple
 
 
-Frame = tuple[int, int, int, "bytes | None"]  # offset, stored size, checksum, digest
+Stored = tuple[int, int, int, "bytes | None"]  # a chunk written: offset, stored size, checksum, digest
 
 
 def write_record(
@@ -202,11 +202,11 @@ def write_record(
     nthreads: int,
     key: bytes | None = None,
 ) -> None:
-    """Write one full record: preamble and header, the frames of every stream, the trailer.
+    """Write one full record: preamble and header, the chunks of every stream, the trailer.
 
     ``payloads`` and ``plans`` hold the data of ``header.streams`` and how to compress it,
     in the same order (a PackedStream is compressing already). With a ``key`` the record is
-    signed (HMAC-SHA256 of the header and of a BLAKE2b digest of every frame).
+    signed (HMAC-SHA256 of the header and of a BLAKE2b digest of every chunk).
 
     Raises:
         DumpError: when the header is over ``MAX_HEADER_SIZE`` (nothing is written then), or
@@ -222,23 +222,23 @@ def write_record(
     head = fmt.encode_preamble(len(header_bytes), 0 if key is None else fmt.FLAG_SIGNED) + header_bytes
     header_checksum = fmt.checksum(head)
     out.write(head + fmt.U64.pack(header_checksum))
-    index = fmt.FrameIndex()
+    index = fmt.ChunkIndex()
     digests: list[bytes] = []
     sign = key is not None
     raw_threads = nthreads if _writes_to_os(file) else 1  # a copy into memory holds the GIL
-    jobs = _frame_jobs(header.streams, payloads, plans, header_checksum, sign)
+    jobs = _chunk_jobs(header.streams, payloads, plans, header_checksum, sign)
     count = sum(plan.nchunks(p.nbytes) for p, plan in zip(payloads, plans, strict=True) if not _written_here(p, plan))
     for job in map_ordered(_compress_job, jobs, count, nthreads, skip=_is_stream):
-        frames: Iterable[Frame]
+        chunks: Iterable[Stored]
         if isinstance(job, _Stream):
-            frames = _write_stream(out, job, header_checksum, sign, raw_threads)
+            chunks = _write_stream(out, job, header_checksum, sign, raw_threads)
         else:
             packed, checksum, digest = job
-            frames = [(out.pos, len(packed), checksum, digest)]
+            chunks = [(out.pos, len(packed), checksum, digest)]
             out.write(fmt.U64.pack(len(packed)))
             out.write(packed)
             out.write(fmt.U64.pack(checksum))
-        for offset, csize, checksum, digest in frames:
+        for offset, csize, checksum, digest in chunks:
             index.add(offset, csize, checksum)
             if digest is not None:
                 digests.append(digest)
@@ -251,11 +251,11 @@ def write_record(
 
 @dataclasses.dataclass(frozen=True)
 class _Stream:
-    """A stream whose frames the writing thread writes itself (a raw one, or a
-    PackedStream), numbered from ``first_frame``."""
+    """A stream whose chunks the writing thread writes itself (a raw one, or a
+    PackedStream), numbered from ``first_chunk``."""
 
     payload: Payload | PackedStream
-    first_frame: int
+    first_chunk: int
 
 
 #: A chunk to compress in the pool: its data, the ``compress2`` arguments, its checksum's seed.
@@ -270,62 +270,62 @@ def _is_stream(job: object) -> TypeGuard[_Stream]:
     return isinstance(job, _Stream)
 
 
-def _frame_jobs(
+def _chunk_jobs(
     streams: Sequence[fmt.StreamInfo],
     payloads: Sequence[Payload | PackedStream],
     plans: Sequence[ChunkPlan],
     header_checksum: int,
     sign: bool,
 ) -> Iterator[_Stream | _Chunk]:
-    """The frames of a record in order: every chunk of a compressed buffer, to compress in the
+    """The chunks of a record in order: every chunk of a compressed buffer, to compress in the
     pool (all buffers' chunks in one pipeline, so that the next buffers compress while this
     one is written), and the streams the writing thread writes itself."""
-    frame = 0
+    chunk = 0
     for info, payload, plan in zip(streams, payloads, plans, strict=True):
         if isinstance(payload, PackedStream):
-            yield _Stream(payload, frame)
-            frame += payload.nchunks
+            yield _Stream(payload, chunk)
+            chunk += payload.nchunks
         elif plan.raw:
-            yield _Stream(payload, frame)
-            frame += 1 if info.nbytes else 0
+            yield _Stream(payload, chunk)
+            chunk += 1 if info.nbytes else 0
         else:
             for piece in payload.chunks(plan.chunk_size):
-                yield piece, plan.cparams, fmt.frame_seed(header_checksum, frame), sign
-                frame += 1
+                yield piece, plan.cparams, fmt.chunk_seed(header_checksum, chunk), sign
+                chunk += 1
 
 
 def _compress_job(job: _Chunk) -> tuple[bytes, int, bytes | None]:
     """Compress a chunk; return it, its checksum and (in a signed record) its digest."""
     piece, cparams, seed, sign = job
     packed = compress_chunk(piece, cparams)
-    return packed, fmt.checksum(packed, seed), (fmt.frame_digest(packed) if sign else None)
+    return packed, fmt.checksum(packed, seed), (fmt.chunk_digest(packed) if sign else None)
 
 
-def _write_stream(out: CountingWriter, job: _Stream, header_checksum: int, sign: bool, nthreads: int) -> list[Frame]:
-    """Write the frames of a PackedStream or of a raw stream."""
+def _write_stream(out: CountingWriter, job: _Stream, header_checksum: int, sign: bool, nthreads: int) -> list[Stored]:
+    """Write the chunks of a PackedStream or of a raw stream."""
     payload = job.payload
     if isinstance(payload, PackedStream):
-        return _write_packed_stream(out, payload, header_checksum, job.first_frame, sign)
+        return _write_packed_stream(out, payload, header_checksum, job.first_chunk, sign)
     if not payload.nbytes:
         return []
-    return [_write_raw_frame(out, payload, fmt.frame_seed(header_checksum, job.first_frame), sign, nthreads)]
+    return [_write_raw_chunk(out, payload, fmt.chunk_seed(header_checksum, job.first_chunk), sign, nthreads)]
 
 
 def _write_packed_stream(
-    out: CountingWriter, stream: PackedStream, header_checksum: int, first_frame: int, sign: bool
-) -> list[Frame]:
-    """Write the frames of a PackedStream (the pickle stream, compressed by now) in one write,
+    out: CountingWriter, stream: PackedStream, header_checksum: int, first_chunk: int, sign: bool
+) -> list[Stored]:
+    """Write the chunks of a PackedStream (the pickle stream, compressed by now) in one write,
     so that an unbuffered file sees one system call for them, not three per chunk."""
-    frames: list[Frame] = []
+    chunks: list[Stored] = []
     parts: list[bytes] = []
     offset = out.pos
-    for frame, packed in enumerate(stream.packed(), start=first_frame):
-        checksum = fmt.checksum(packed, fmt.frame_seed(header_checksum, frame))
+    for chunk, packed in enumerate(stream.packed(), start=first_chunk):
+        checksum = fmt.checksum(packed, fmt.chunk_seed(header_checksum, chunk))
         parts += [fmt.U64.pack(len(packed)), packed, fmt.U64.pack(checksum)]
-        frames.append((offset, len(packed), checksum, fmt.frame_digest(packed) if sign else None))
+        chunks.append((offset, len(packed), checksum, fmt.chunk_digest(packed) if sign else None))
         offset += len(packed) + 2 * fmt.U64.size
     out.write(b"".join(parts))
-    return frames
+    return chunks
 
 
 def _writes_to_os(file: BinaryIO) -> bool:
@@ -338,20 +338,20 @@ def _writes_to_os(file: BinaryIO) -> bool:
     return True
 
 
-def _write_raw_frame(out: CountingWriter, payload: Payload, seed: int, sign: bool, nthreads: int) -> Frame:
-    """Write a raw frame, each piece hashed while it is written."""
+def _write_raw_chunk(out: CountingWriter, payload: Payload, seed: int, sign: bool, nthreads: int) -> Stored:
+    """Write a raw chunk, each piece hashed while it is written."""
     out.write(bytes(fmt.raw_padding(out.pos)))
     offset = out.pos
     out.write(fmt.U64.pack(payload.nbytes))
     multiple = payload.chunk_multiple
     piece_size = RAW_PIECE_SIZE - RAW_PIECE_SIZE % multiple or multiple
-    frame_hash = FrameHash(seed, sign, nthreads if payload.nbytes > piece_size else 1)
+    chunk_hash = ChunkHash(seed, sign, nthreads if payload.nbytes > piece_size else 1)
     try:
         for piece in payload.chunks(piece_size):
-            frame_hash.add(piece)
+            chunk_hash.add(piece)
             out.write(piece)
     finally:  # the caller's buffer is released when dump returns, even on a failed write
-        frame_hash.settle()
-    checksum = frame_hash.checksum()
+        chunk_hash.settle()
+    checksum = chunk_hash.checksum()
     out.write(fmt.U64.pack(checksum))
-    return offset, payload.nbytes, checksum, frame_hash.digest()
+    return offset, payload.nbytes, checksum, chunk_hash.digest()

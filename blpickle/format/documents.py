@@ -81,7 +81,7 @@ class Reader:
             else:
                 raise CorruptError(f"{self._what}: field {field!r} must be an array, found msgpack type {data[0]:#04x}")
             if count is not None and found != count:
-                raise CorruptError(f"{self._what}: {field!r} lists {found} frames, the header implies {count}")
+                raise CorruptError(f"{self._what}: {field!r} lists {found} chunks, the header implies {count}")
             limits = dict.fromkeys(("max_str_len", "max_bin_len", "max_array_len", "max_map_len", "max_ext_len"), 0)
             items = msgpack.Unpacker(io.BytesIO(data[body:]), max_buffer_size=max(len(data) - body, 1), **limits)
             values: list[int] = []

@@ -20,7 +20,7 @@ class StreamInfo(NamedTuple):
         nbytes: decompressed size.
         chunk_size: decompressed bytes per chunk (the last one may be shorter).
         itemsize: element size given to the shuffle filter.
-        raw: stored uncompressed as one aligned frame instead of Blosc2 chunks.
+        raw: stored uncompressed as one aligned raw chunk instead of compressed Blosc2 chunks.
         dtype: numpy dtype string of the array it holds, if any (informational).
         shape: shape of that array (informational).
         splice: for a large bytes, bytearray or str payload the pickler wrote in band: the
@@ -46,7 +46,7 @@ class StreamInfo(NamedTuple):
 
     @property
     def nchunks(self) -> int:
-        """Number of frames the stream is stored in."""
+        """Number of chunks the stream is stored in."""
         if self.raw:
             return 1 if self.nbytes else 0
         return -(-self.nbytes // self.chunk_size)

@@ -30,7 +30,7 @@ FOOTER = struct.Struct("<QQ8s")  # trailer size, trailer checksum, END_MAGIC
 #: Preamble flag: the trailer holds an HMAC-SHA256 signature of the record.
 FLAG_SIGNED = 1
 #: Preamble flag (from version 1.1): a compact record, whose "header" is the pickle itself,
-#: with no frames and no trailer after its checksum.
+#: with no chunks and no trailer after its checksum.
 FLAG_COMPACT = 2
 #: The bytes a compact record adds to its pickle: the preamble and the checksum.
 COMPACT_OVERHEAD = 16 + 8
@@ -91,27 +91,27 @@ def checksum(data: Any, seed: int = 0) -> int:
     return xxhash.xxh3_64_intdigest(data, seed)
 
 
-def frame_digest(data: Any) -> bytes:
-    """Return the BLAKE2b-256 digest of a frame's payload (signed records only)."""
+def chunk_digest(data: Any) -> bytes:
+    """Return the BLAKE2b-256 digest of a chunk's stored data (signed records only)."""
     return hashlib.blake2b(data, digest_size=32).digest()
 
 
 def signature(key: bytes, head: bytes, digests: Sequence[bytes]) -> str:
     """Return the hex HMAC-SHA256 of a record: its preamble and header, then the BLAKE2b-256
-    digest of every frame's payload in order."""
+    digest of every chunk's stored data in order."""
     mac = hmac.new(key, head, "sha256")
     for digest in digests:
         mac.update(digest)
     return mac.hexdigest()
 
 
-def frame_seed(header_checksum: int, frame_index: int) -> int:
-    """Return the checksum seed of a frame: it ties each frame to its record and position."""
-    return (header_checksum + frame_index + 1) & _MASK64
+def chunk_seed(header_checksum: int, index: int) -> int:
+    """Return the checksum seed of a chunk: it ties each chunk to its record and position."""
+    return (header_checksum + index + 1) & _MASK64
 
 
 def raw_padding(offset: int) -> int:
-    """Return the zero bytes to write at ``offset`` so that a raw frame's payload is aligned."""
+    """Return the zero bytes to write at ``offset`` so that a raw chunk's data is aligned."""
     return -(offset + U64.size) % ALIGNMENT
 
 

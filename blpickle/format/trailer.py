@@ -28,8 +28,8 @@ _HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 @dataclasses.dataclass
-class FrameIndex:
-    """The trailer: where each frame of the record is and its checksum."""
+class ChunkIndex:
+    """The trailer: where each chunk of the record is and its checksum."""
 
     offsets: list[int] = dataclasses.field(default_factory=list)
     csizes: list[int] = dataclasses.field(default_factory=list)
@@ -52,18 +52,18 @@ class FrameIndex:
         return msgpack.packb(doc)
 
     @classmethod
-    def decode(cls, data: bytes, nframes: int, *, authenticated: bool = False) -> FrameIndex:
-        """Decode a trailer that must list ``nframes`` frames, allocating a few times its size
+    def decode(cls, data: bytes, nchunks: int, *, authenticated: bool = False) -> ChunkIndex:
+        """Decode a trailer that must list ``nchunks`` chunks, allocating a few times its size
         at most (see `Reader`). With ``authenticated`` (its signature is checked),
         refuse keys of any other meaning: the signature covers none.
 
         Raises:
             CorruptError: for anything that is not a valid trailer.
         """
-        doc = _small_trailer(data, nframes, authenticated)
+        doc = _small_trailer(data, nchunks, authenticated)
         if doc is None:
-            doc = _trailer_fields(data, nframes, authenticated)
-        lists = [get(doc, key, list, "trailer") for key in _FRAME_FIELDS]
+            doc = _trailer_fields(data, nchunks, authenticated)
+        lists = [get(doc, key, list, "trailer") for key in _CHUNK_FIELDS]
         signed = doc.get("signature")
         if signed is not None and (not isinstance(signed, str) or len(signed) != 64 or not set(signed) <= _HEX_DIGITS):
             raise CorruptError(f"trailer: 'signature' must be 64 lowercase hex digits, found {signed!r:.80}")
@@ -71,14 +71,14 @@ class FrameIndex:
         return cls(offsets, csizes, checksums, signature=signed)
 
 
-def total_frames(streams: Sequence[StreamInfo]) -> int:
-    """Return the number of frames a record with these streams holds."""
+def total_chunks(streams: Sequence[StreamInfo]) -> int:
+    """Return the number of chunks a record with these streams holds."""
     return sum(s.nchunks for s in streams)
 
 
-def _trailer_fields(data: bytes, nframes: int, authenticated: bool) -> dict[str, Any]:
-    """Return the fields of any trailer, read piece by piece (`Reader`), each frame list of
-    ``nframes`` checked; unknown keys skipped, or refused when ``authenticated``.
+def _trailer_fields(data: bytes, nchunks: int, authenticated: bool) -> dict[str, Any]:
+    """Return the fields of any trailer, read piece by piece (`Reader`), each chunk list of
+    ``nchunks`` checked; unknown keys skipped, or refused when ``authenticated``.
 
     Raises:
         CorruptError: for a trailer that breaks the format or its limits.
@@ -86,8 +86,8 @@ def _trailer_fields(data: bytes, nframes: int, authenticated: bool) -> dict[str,
     reader = Reader(data, "trailer")
     doc: dict[str, Any] = {}
     for key in reader.keys("trailer", doc):
-        if key in _FRAME_FIELDS:
-            doc[key] = reader.integers(key, count=nframes)
+        if key in _CHUNK_FIELDS:
+            doc[key] = reader.integers(key, count=nchunks)
         elif key == "signature":
             doc[key] = reader.value("trailer field 'signature'", containers=0, items=0)
         elif authenticated:
@@ -98,8 +98,8 @@ def _trailer_fields(data: bytes, nframes: int, authenticated: bool) -> dict[str,
     return doc
 
 
-def _small_trailer(data: bytes, nframes: int, authenticated: bool) -> dict[str, Any] | None:
-    """Return the fields of a small trailer as blpickle writes it, read in one call, its frame
+def _small_trailer(data: bytes, nchunks: int, authenticated: bool) -> dict[str, Any] | None:
+    """Return the fields of a small trailer as blpickle writes it, read in one call, its chunk
     lists checked; None for any other trailer (see `_small_header`)."""
     doc = small_document(data, MAX_HEADER_KEYS)
     if (
@@ -108,16 +108,16 @@ def _small_trailer(data: bytes, nframes: int, authenticated: bool) -> dict[str, 
         or (authenticated and not doc.keys() <= _TRAILER_KEYS)
     ):
         return None
-    for key in _FRAME_FIELDS:
+    for key in _CHUNK_FIELDS:
         values = doc.get(key)
-        if type(values) is not tuple or len(values) != nframes or (values and not integers(values, None)):
+        if type(values) is not tuple or len(values) != nchunks or (values and not integers(values, None)):
             return None
         doc[key] = list(values)
     return doc
 
 
-_FRAME_FIELDS = ("offsets", "csizes", "checksums")
-_TRAILER_KEYS = frozenset({*_FRAME_FIELDS, "signature"})
+_CHUNK_FIELDS = ("offsets", "csizes", "checksums")
+_TRAILER_KEYS = frozenset({*_CHUNK_FIELDS, "signature"})
 
 
 def chunk_name(number: int, chunk: int) -> str:
@@ -159,7 +159,7 @@ class RecordIndex:
         end: where the chunks end: the offset of the trailer's size field.
     """
 
-    chunks: FrameIndex
+    chunks: ChunkIndex
     first: tuple[int, ...]
     stored: tuple[int, ...]
     end: int
@@ -180,14 +180,14 @@ def parse_index(
         CorruptError: for a trailer that is not valid or lists other chunks, naming the first
             one that is not where or of the size the rules allow.
     """
-    index = FrameIndex.decode(trailer, total_frames(header.streams), authenticated=authenticated)
-    pos, frame = data_start, 0
+    index = ChunkIndex.decode(trailer, total_chunks(header.streams), authenticated=authenticated)
+    pos, entry = data_start, 0
     first, stored = [], []
     for number, info in enumerate(header.streams):
-        first.append(frame)
-        start_frame = frame
+        first.append(entry)
+        first_entry = entry
         for chunk, (low, high) in enumerate(info.chunk_spans()):
-            offset, csize = index.offsets[frame], index.csizes[frame]
+            offset, csize = index.offsets[entry], index.csizes[entry]
             expected = pos + raw_padding(pos) if info.raw else pos
             valid = csize == info.nbytes if info.raw else BLOSC2_MIN_CHUNK <= csize <= high - low + BLOSC2_MAX_OVERHEAD
             if offset != expected or not valid:
@@ -197,8 +197,8 @@ def parse_index(
                     f"it must start at offset {expected} and store {rule} bytes"
                 )
             pos = offset + 2 * U64.size + csize
-            frame += 1
-        stored.append(sum(index.csizes[start_frame:frame]))
+            entry += 1
+        stored.append(sum(index.csizes[first_entry:entry]))
     if pos != end:
         raise CorruptError(f"the chunks the trailer lists end at offset {pos}, its trailer starts at offset {end}")
     return RecordIndex(index, tuple(first), tuple(stored), end)

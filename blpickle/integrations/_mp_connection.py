@@ -62,11 +62,11 @@ class Message:
     """An encoded object: the first message (a plain pickle, or head and pickle) and the
     planned out-of-band buffers."""
 
-    __slots__ = ("buffers", "first")
+    __slots__ = ("first", "transfers")
 
-    def __init__(self, first: Any, buffers: list[transport.Buffer]) -> None:
+    def __init__(self, first: Any, transfers: list[transport.Transfer]) -> None:
         self.first = first
-        self.buffers = buffers
+        self.transfers = transfers
 
 
 def _write_all(fd: int, parts: list[Any]) -> None:
@@ -114,8 +114,8 @@ def _receive(fd: int, nbytes: int, what: str) -> np.ndarray:
     return out
 
 
-class _PipeFrames:
-    """The `transport.Frames` that follow a message's first part on a pipe, read as needed:
+class _PipeParts:
+    """The `transport.MessageParts` that follow a message's first part on a pipe, read as needed:
     raw buffers straight into the memory of their arrays (see `_receive`)."""
 
     def __init__(self, fd: int) -> None:
@@ -180,22 +180,22 @@ class Connection(_connection.Connection):
         pickling error leaves the connection usable."""
         graph, buffers = transport.pickle_graph(obj, self._wire, dispatch_tables(), main_by_value=self._main_by_value)
         if not buffers:
-            return Message(graph, buffers)
-        transport.plan_buffers(buffers, self._wire)
-        head = [HEAD.pack(MAGIC, _VERSION, 0, 0, len(buffers))]
-        head.extend(DESC.pack(nbytes, chunk_size) for nbytes, chunk_size in transport.layout(buffers))
-        return Message(b"".join([*head, graph]), buffers)
+            return Message(graph, [])
+        transfers = transport.plan_buffers(buffers, self._wire)
+        head = [HEAD.pack(MAGIC, _VERSION, 0, 0, len(transfers))]
+        head.extend(DESC.pack(nbytes, chunk_size) for nbytes, chunk_size in transport.layout(transfers))
+        return Message(b"".join([*head, graph]), transfers)
 
     def _transmit(self, message: Message) -> None:
         _connection.Connection.send_bytes(self, message.first)  # not a queue pipe's override
-        if not message.buffers:
+        if not message.transfers:
             return
         fd = self.fileno()
-        for buffer in message.buffers:
-            if not buffer.chunk_size:
-                _write_all(fd, [buffer.view])
+        for transfer in message.transfers:
+            if not transfer.chunk_size:
+                _write_all(fd, [transfer.payload.whole()])
                 continue
-            for packed in transport.compressed_chunks(buffer, self._wire.options.threads):
+            for packed in transport.compressed_chunks(transfer, self._wire.options.threads):
                 _write_all(fd, [_CHUNK.pack(len(packed)), packed])
 
     def _decode(self, first: bytes) -> Any:
@@ -214,7 +214,7 @@ class Connection(_connection.Connection):
         if graph_start > len(first):
             raise CorruptError(f"a message announces {count} buffers in {len(first)} bytes")
         layout = [DESC.unpack_from(first, HEAD.size + index * DESC.size) for index in range(count)]
-        buffers = transport.receive_buffers(layout, _PipeFrames(self.fileno()), self._wire.options.threads)
+        buffers = transport.receive_buffers(layout, _PipeParts(self.fileno()), self._wire.options.threads)
         return transport.unpickle_graph(memoryview(first)[graph_start:], buffers)
 
     def __reduce__(self) -> Any:

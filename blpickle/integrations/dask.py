@@ -89,20 +89,20 @@ def serialize(obj: Any, context: dict | None = None) -> tuple[dict, list]:
         graph, buffers = transport.pickle_graph(obj, wire, (copyreg.dispatch_table,), main_by_value=True)
     except Exception as exc:
         raise NotImplementedError(f"blpickle cannot pickle {type(obj).__name__}: {exc}") from exc
-    transport.plan_buffers(buffers, wire)
+    transfers = transport.plan_buffers(buffers, wire)
     # The graph is not in a ``bytes`` object: dask's TCP comm reads whatever follows the first
     # frame outside one into separate memory (aligned), and the raw buffers come after it.
     frames: list[Any] = [memoryview(bytearray(graph))]
     compression: list[Any] = [None]
-    for buffer in buffers:
-        if not buffer.chunk_size:
-            frames.append(buffer.view)
+    for transfer in transfers:
+        if not transfer.chunk_size:
+            frames.append(transfer.payload.whole())
             compression.append(False)
             continue
-        chunks = list(transport.compressed_chunks(buffer, wire.options.threads))
+        chunks = list(transport.compressed_chunks(transfer, wire.options.threads))
         frames.extend(chunks)
         compression.extend([False] * len(chunks))
-    header = {"blpickle": [_VERSION, transport.layout(buffers)], "compression": tuple(compression)}
+    header = {"blpickle": [_VERSION, transport.layout(transfers)], "compression": tuple(compression)}
     return header, frames
 
 
@@ -123,7 +123,7 @@ def deserialize(header: dict, frames: list) -> Any:
         )
     if not frames:
         raise CorruptError("a dask message without frames")
-    received = transport.FrameSequence(frames[1:], "a dask message")
+    received = transport.ReceivedParts(frames[1:], "a dask message")
     return transport.unpickle_graph(frames[0], transport.receive_buffers(layout, received, _WIRE.options.threads))
 
 

@@ -177,13 +177,12 @@ class Pickler(pickle.Pickler):
             if not buffers:
                 self._bl_file.write(graph)
                 return
-            transport.plan_buffers(buffers, wire)
-            _write_envelope(self._bl_file, graph, buffers, wire)
+            _write_envelope(self._bl_file, graph, transport.plan_buffers(buffers, wire), wire)
         finally:
             graph.release()
 
 
-# --- the envelope: a plain pickle calling _open(head, graph, *frames) ---------------------------
+# --- the envelope: a plain pickle calling _open(head, graph, *parts) ---------------------------
 
 _PROTO = b"\x80\x05"
 _MARK = b"("
@@ -204,23 +203,23 @@ def _short_unicode(text: str) -> bytes:
 _OPENER = _short_unicode(__name__) + _short_unicode("_open") + _STACK_GLOBAL
 
 
-def _write_envelope(file: Any, graph: memoryview, buffers: list[transport.Buffer], wire: WireOptions) -> None:
-    head = _HEAD.pack(_VERSION, len(buffers)) + b"".join(_DESC.pack(b.nbytes, b.chunk_size) for b in buffers)
+def _write_envelope(file: Any, graph: memoryview, transfers: list[transport.Transfer], wire: WireOptions) -> None:
+    head = _HEAD.pack(_VERSION, len(transfers)) + b"".join(_DESC.pack(*shape) for shape in transport.layout(transfers))
     write = file.write
     write(_PROTO + _OPENER + _MARK + _BINBYTES8 + _U64.pack(len(head)) + head + _BINBYTES8 + _U64.pack(graph.nbytes))
     write(graph)
-    for buffer in buffers:
-        if not buffer.chunk_size:
-            write(_BYTEARRAY8 + _U64.pack(buffer.nbytes))  # arrives as a writable bytearray
-            write(buffer.view)
+    for transfer in transfers:
+        if not transfer.chunk_size:
+            write(_BYTEARRAY8 + _U64.pack(transfer.nbytes))  # arrives as a writable bytearray
+            write(transfer.payload.whole())
             continue
-        for packed in transport.compressed_chunks(buffer, wire.options.threads):
+        for packed in transport.compressed_chunks(transfer, wire.options.threads):
             write(_BINBYTES8 + _U64.pack(len(packed)))
             write(packed)
     write(_TUPLE + _REDUCE + _STOP)
 
 
-def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
+def _open(head: bytes, graph: bytes, *parts: Any) -> Any:
     """Rebuild the object of an envelope (called by ``pickle.loads``)."""
     version, count = _HEAD.unpack_from(head)
     if version != _VERSION:
@@ -230,5 +229,5 @@ def _open(head: bytes, graph: bytes, *frames: Any) -> Any:
     if len(head) != _HEAD.size + count * _DESC.size:
         raise CorruptError("a loky message with a damaged head")
     layout = [_DESC.unpack_from(head, _HEAD.size + index * _DESC.size) for index in range(count)]
-    frames_in = transport.FrameSequence(frames, "a loky message")
-    return transport.unpickle_graph(graph, transport.receive_buffers(layout, frames_in, _WIRE.options.threads))
+    parts_in = transport.ReceivedParts(parts, "a loky message")
+    return transport.unpickle_graph(graph, transport.receive_buffers(layout, parts_in, _WIRE.options.threads))

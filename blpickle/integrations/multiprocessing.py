@@ -120,7 +120,7 @@ class _QueueConnection(Connection):
             token = pickle.loads(buf)
             if type(token) is int and token in self._parked:
                 obj = self._parked.pop(token)
-                # buf views the caller's BytesIO: a failure's traceback keeps this frame, and
+                # buf views the caller's BytesIO: a failure's traceback keeps this stack frame, and
                 # a BytesIO still viewed when cyclic garbage finalizes it raises BufferError
                 del buf
                 try:

@@ -6,8 +6,8 @@ closures, local classes) is pickled again by cloudpickle. An object with no out-
 buffer is just that pickle: it costs what the host's own pickling costs. Each out-of-band
 buffer travels raw (zero copy on the sending side) or as independently compressed Blosc2
 chunks, as `blpickle.engine.policy.plan_transfer` decides; `blpickle.engine.chunks` compresses and
-decompresses them. The transports (pipes, loky's byte strings, dask frames) only differ in how
-they carry the graph, the buffer layout and the frames: see `.multiprocessing`, `.loky` and
+decompresses them. The transports (pipes, loky's byte strings, dask's frames) only differ in how
+they carry the graph, the buffer layout and the parts: see `.multiprocessing`, `.loky` and
 `.dask`; all of them receive with `receive_buffers`.
 
 Nothing here is part of the file format of `blpickle.format`: these messages are never
@@ -25,21 +25,21 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pickle import PickleBuffer
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import cloudpickle
 import numpy as np
 
 from ..arrays import reduce_ndarray
-from ..engine.buffers import shuffle_typesize
+from ..engine.buffers import Payload, shuffle_typesize
 from ..engine.chunks import compress_chunks, decompress_chunks
 from ..engine.policy import ChunkPlan, plan_raw, plan_transfer
 from ..errors import CorruptError, LimitError, OptionsError
 from ..options import Options, resolve_options
 
 __all__ = [
-    "Buffer",
-    "FrameSequence",
+    "ReceivedParts",
+    "Transfer",
     "WireOptions",
     "pickle_graph",
     "plan_buffers",
@@ -155,25 +155,20 @@ def wire_options(
 # --- pickling --------------------------------------------------------------------------------
 
 
-class Buffer:
-    """One out-of-band buffer of a message and how it travels.
+class Transfer(NamedTuple):
+    """One out-of-band buffer of a message, and how it travels.
 
     Attributes:
-        view: its bytes (a contiguous ``"B"`` memoryview, not copied).
-        typesize: the element size for the shuffle filter.
-        plan: raw or compressed, in which chunks (`plan_buffers` sets it).
+        payload: its bytes, contiguous (the `Payload` a record stores an out-of-band buffer as).
+        plan: raw or compressed, in which chunks (`plan_buffers`).
     """
 
-    __slots__ = ("plan", "typesize", "view")
-
-    def __init__(self, view: memoryview, typesize: int) -> None:
-        self.view = view
-        self.typesize = typesize
-        self.plan: ChunkPlan = plan_raw(view.nbytes, typesize)
+    payload: Payload
+    plan: ChunkPlan
 
     @property
     def nbytes(self) -> int:
-        return self.view.nbytes
+        return self.payload.nbytes
 
     @property
     def chunk_size(self) -> int:
@@ -181,8 +176,14 @@ class Buffer:
         return 0 if self.plan.raw else self.plan.chunk_size
 
 
-class _OutOfBand:
-    """Reduces the numpy arrays of one pickling and collects its out-of-band buffers."""
+class _MessageBuffers:
+    """Reduces the numpy arrays of one pickling for another process and collects the
+    out-of-band buffers of its message, each a contiguous `Payload`.
+
+    Unlike a record's buffers (the pickler's ``_OutOfBand``), these are never stored: every
+    array arrives writable, as pickle gives arrays back; a strided view is copied here into a
+    contiguous array (no view of another array is kept); buffers under ``inband_size`` bytes
+    stay in band; no name, alias or tensor type is kept for a header."""
 
     __slots__ = ("_inband_size", "_out_of_band", "_readonly", "buffers")
 
@@ -192,9 +193,9 @@ class _OutOfBand:
 
     def reset(self, inband_size: int) -> None:
         """Start a new pickling, keeping buffers under ``inband_size`` bytes in band."""
-        self.buffers: list[Buffer] = []
+        self.buffers: list[Payload] = []
         self._inband_size = inband_size
-        self._readonly: dict[int, tuple[PickleBuffer, Buffer]] = {}  # placeholder id -> buffer
+        self._readonly: dict[int, tuple[PickleBuffer, Payload]] = {}  # placeholder id -> its array's bytes
 
     def reduce_array(self, array: np.ndarray) -> Any:
         """The dispatch-table reducer of numpy arrays: `blpickle.arrays.reduce_ndarray` around
@@ -219,7 +220,7 @@ class _OutOfBand:
         if not self._out_of_band:
             return reduce_ndarray(array, bytearray(cast(Any, flat)))
         placeholder = PickleBuffer(bytearray())
-        self._readonly[id(placeholder)] = (placeholder, Buffer(memoryview(cast(Any, flat)), typesize))
+        self._readonly[id(placeholder)] = (placeholder, Payload.from_array(array))
         return reduce_ndarray(array, placeholder)
 
     def take(self, buffer: PickleBuffer) -> bool:
@@ -234,7 +235,7 @@ class _OutOfBand:
             return True
         if view.nbytes < self._inband_size:
             return True
-        self.buffers.append(Buffer(view, shuffle_typesize(memoryview(buffer).itemsize)))
+        self.buffers.append(Payload.from_picklebuffer(buffer))
         return False
 
 
@@ -271,7 +272,7 @@ def pickle_graph(
     *,
     main_by_value: bool = False,
     wrap_arrays: Callable[[ArrayReducer], ArrayReducer] | None = None,
-) -> tuple[memoryview, list[Buffer]]:
+) -> tuple[memoryview, list[Payload]]:
     """Pickle ``obj`` at protocol 5: return the pickle and its out-of-band buffers.
 
     ``tables`` are the host's reducers (numpy arrays are added). The C pickler runs
@@ -312,7 +313,7 @@ class _KeptPickler:
 
     def __init__(self) -> None:
         self.pieces = _Pieces()
-        self.arrays = _OutOfBand(0)
+        self.arrays = _MessageBuffers(0)
         self.pickler = pickle.Pickler(self.pieces, 5, buffer_callback=self.arrays.take)
 
     def written(self) -> bytes:
@@ -369,8 +370,8 @@ def _cloudpickle(
     tables: Tables,
     out_of_band: bool,
     wrap_arrays: Callable[[ArrayReducer], ArrayReducer] | None,
-) -> tuple[memoryview, list[Buffer]]:
-    arrays = _OutOfBand(inband_size, out_of_band)
+) -> tuple[memoryview, list[Payload]]:
+    arrays = _MessageBuffers(inband_size, out_of_band)
     file = io.BytesIO()
     callback = arrays.take if out_of_band else None
     table = _with_arrays((_cloudpickle_reducers(), *tables), arrays.reduce_array, wrap_arrays)
@@ -386,43 +387,46 @@ def unpickle_graph(graph: Any, buffers: Iterable[Any]) -> Any:
 # --- sending ---------------------------------------------------------------------------------
 
 
-def plan_buffers(buffers: Sequence[Buffer], wire: WireOptions) -> None:
-    """Decide, per buffer, whether it travels raw or compressed (`blpickle.engine.policy.plan_transfer`)."""
+def plan_buffers(buffers: Sequence[Payload], wire: WireOptions) -> list[Transfer]:
+    """Return how each buffer travels: raw or compressed (`blpickle.engine.policy.plan_transfer`)."""
     if not wire.compresses:
-        return
-    for buffer in buffers:
-        buffer.plan = plan_transfer(
-            wire.options, buffer.view, buffer.typesize, wire.compress, wire.min_size, wire.min_ratio
+        return [Transfer(buffer, plan_raw(buffer.nbytes, buffer.itemsize)) for buffer in buffers]
+    return [
+        Transfer(
+            buffer,
+            plan_transfer(wire.options, buffer.whole(), buffer.itemsize, wire.compress, wire.min_size, wire.min_ratio),
         )
+        for buffer in buffers
+    ]
 
 
-def layout(buffers: Sequence[Buffer]) -> list[tuple[int, int]]:
+def layout(transfers: Sequence[Transfer]) -> list[tuple[int, int]]:
     """``(nbytes, chunk_size)`` of each buffer: what the receiver needs to know of them."""
-    return [(buffer.nbytes, buffer.chunk_size) for buffer in buffers]
+    return [(transfer.nbytes, transfer.chunk_size) for transfer in transfers]
 
 
-def compressed_chunks(buffer: Buffer, nthreads: int) -> Iterator[bytes]:
-    """Yield the compressed chunks of a planned buffer in order, compressing ahead in threads."""
-    view, size = buffer.view, buffer.plan.chunk_size
-    pieces = (view[start : start + size] for start in range(0, view.nbytes, size))
-    return compress_chunks(pieces, buffer.plan.cparams, buffer.plan.nchunks(view.nbytes), nthreads)
+def compressed_chunks(transfer: Transfer, nthreads: int) -> Iterator[bytes]:
+    """Yield the compressed chunks of a buffer planned compressed in order, compressing ahead
+    in threads."""
+    payload, plan = transfer
+    return compress_chunks(payload.chunks(plan.chunk_size), plan.cparams, plan.nchunks(payload.nbytes), nthreads)
 
 
 # --- receiving -------------------------------------------------------------------------------
 
 
-class Frames(Protocol):
-    """Where `receive_buffers` takes the frames of a message from, in order."""
+class MessageParts(Protocol):
+    """Where `receive_buffers` takes the parts of a message from, in order."""
 
     def raw(self, nbytes: int) -> Any:
-        """Return the next frame, a raw buffer of ``nbytes`` bytes, writable.
+        """Return the next part, a raw buffer of ``nbytes`` bytes, writable.
 
         Raises:
             CorruptError: when it has another size or is missing.
         """
 
     def chunk(self, limit: int) -> Any:
-        """Return the next frame, a compressed chunk of at most ``limit`` bytes.
+        """Return the next part, a compressed chunk of at most ``limit`` bytes.
 
         Raises:
             CorruptError: when it is bigger or missing.
@@ -440,7 +444,7 @@ def check_layout(nbytes: int, chunk_size: int) -> None:
         raise CorruptError(f"a buffer of {nbytes} bytes in chunks of {chunk_size} is not a valid transfer")
 
 
-def max_chunk_frame(chunk_size: int) -> int:
+def max_compressed_size(chunk_size: int) -> int:
     """The largest compressed chunk a chunk of ``chunk_size`` bytes can become."""
     return chunk_size + _BLOSC2_MAX_OVERHEAD
 
@@ -457,30 +461,30 @@ def allocate(nbytes: int, what: str) -> np.ndarray:
         raise LimitError(f"{what} announces {nbytes} bytes, more than can be allocated") from None
 
 
-def receive_buffers(layout: Iterable[tuple[int, int]], frames: Frames, nthreads: int) -> list[Any]:
+def receive_buffers(layout: Iterable[tuple[int, int]], parts: MessageParts, nthreads: int) -> list[Any]:
     """Receive the out-of-band buffers of a message, laid out as `layout` says: a raw one
-    as its frame, a compressed one decompressed into a new array, allocated once its first
+    as its part, a compressed one decompressed into a new array, allocated once its first
     chunk has arrived, several chunks at once but no more than ``READ_AHEAD`` bytes of them
-    (or one chunk) ahead (``frames`` may read them as they are needed).
+    (or one chunk) ahead (``parts`` may read them as they are needed).
 
     Raises:
-        CorruptError: for an invalid layout, or a frame that does not fit it.
+        CorruptError: for an invalid layout, or a part that does not fit it.
         LimitError: for a buffer that cannot be allocated.
     """
     buffers = []
     for index, (nbytes, chunk_size) in enumerate(layout):
         check_layout(nbytes, chunk_size)
         if not chunk_size:
-            buffers.append(frames.raw(nbytes))
+            buffers.append(parts.raw(nbytes))
             continue
-        limit = max_chunk_frame(chunk_size)
+        limit = max_compressed_size(chunk_size)
         starts = range(0, nbytes, chunk_size)
-        first = frames.chunk(limit) if nbytes else None
+        first = parts.chunk(limit) if nbytes else None
         out = allocate(nbytes, f"buffer {index}")
         view = memoryview(cast(Any, out))
         jobs = (
             (
-                first if number == 0 else frames.chunk(limit),
+                first if number == 0 else parts.chunk(limit),
                 view[start : start + chunk_size],
                 f"chunk {number} of buffer {index}",
             )
@@ -491,32 +495,32 @@ def receive_buffers(layout: Iterable[tuple[int, int]], frames: Frames, nthreads:
     return buffers
 
 
-class FrameSequence:
-    """`Frames` already received, as a sequence (loky's envelope, dask's frames)."""
+class ReceivedParts:
+    """`MessageParts` already received, as a sequence (loky's envelope, dask's frames)."""
 
-    def __init__(self, frames: Iterable[Any], what: str) -> None:
-        self._frames = iter(frames)
+    def __init__(self, parts: Iterable[Any], what: str) -> None:
+        self._parts = iter(parts)
         self._what = what
 
     def _next(self) -> Any:
         try:
-            return next(self._frames)
+            return next(self._parts)
         except StopIteration:
-            raise CorruptError(f"{self._what} with fewer frames than its layout lists") from None
+            raise CorruptError(f"{self._what} with fewer parts than its layout lists") from None
 
     def raw(self, nbytes: int) -> Any:
-        frame = self._next()
-        size = memoryview(frame).nbytes
+        part = self._next()
+        size = memoryview(part).nbytes
         if size != nbytes:
             raise CorruptError(f"{self._what}: a raw buffer of {nbytes} bytes arrived as {size} bytes")
-        return writable(frame)
+        return writable(part)
 
     def chunk(self, limit: int) -> Any:
-        frame = self._next()
-        size = memoryview(frame).nbytes
+        part = self._next()
+        size = memoryview(part).nbytes
         if size > limit:
             raise CorruptError(f"{self._what}: a compressed chunk of {size} bytes, at most {limit} expected")
-        return frame
+        return part
 
 
 def writable(buffer: Any) -> Any:

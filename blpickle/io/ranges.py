@@ -1,5 +1,8 @@
-"""Random access to the bytes of one record, for `blpickle.open`: a file on disk, a seekable
-file object, a bytes-like object or a URL (through fsspec: `blpickle.io.remote`).
+"""The one byte-range contract: `Ranges` reads the bytes at any offset of one record, whatever
+holds it: a bytes-like object or a memory map (`MemoryRanges`), a seekable file
+(`FileRanges`), a URL (`UrlRanges`, through fsspec: `blpickle.io.remote`). `blpickle.open`
+reads records through it, and load's sources in order (`blpickle.io.sources`) offer it for
+the reads they make out of order.
 
 Offsets are counted from the record's start, which is where the input stood when opened.
 """
@@ -8,15 +11,15 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import threading
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 from ..errors import LoadError, TruncatedError
 from .remote import filesystem
-from .sources import plain_fileno
 
-__all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges"]
+__all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges", "plain_fileno"]
 
 
 class Ranges:
@@ -24,7 +27,7 @@ class Ranges:
 
     Attributes:
         size: bytes from the record's start to the end of the input.
-        batch: how many frames a reader asks `read_many` for at once.
+        batch: how many chunks a reader asks `read_many` for at once.
     """
 
     size: int
@@ -71,7 +74,7 @@ class Ranges:
 
 
 class MemoryRanges(Ranges):
-    """A record in a bytes-like object (read in place, never copied whole)."""
+    """A record in a bytes-like object or a memory map (read in place, never copied whole)."""
 
     def __init__(self, data: Any) -> None:
         self._view = memoryview(data).cast("B")
@@ -90,19 +93,19 @@ class MemoryRanges(Ranges):
 
 
 class FileRanges(Ranges):
-    """A record in a seekable binary file, from its current position: a file on disk is read
-    with ``os.pread`` (the file's position never moves), anything else with seek and read
-    (one thread at a time).
+    """A record in a seekable binary file: a file on disk is read with ``os.pread`` (the file's
+    position never moves), anything else with seek and read (one thread at a time).
 
     Args:
         file: the file.
         owned: close the file with `close`.
+        start: where the record starts in the file (None: the file's current position).
 
     Raises:
         ValueError: when the file cannot seek.
     """
 
-    def __init__(self, file: BinaryIO, owned: bool = False) -> None:
+    def __init__(self, file: BinaryIO, owned: bool = False, start: int | None = None) -> None:
         if not _seekable(file):
             raise ValueError(
                 "blpickle.open needs random access: a path, a URL, a seekable file or a bytes-like object "
@@ -110,12 +113,13 @@ class FileRanges(Ranges):
             )
         self._file = file
         self._owned = owned
-        self._start = file.tell()
+        here = file.tell()
+        self._start = here if start is None else start
         self._fileno = plain_fileno(file)
         self._lock = threading.Lock()
         end = os.fstat(self._fileno).st_size if self._fileno is not None else file.seek(0, io.SEEK_END)
         if self._fileno is None:
-            file.seek(self._start)
+            file.seek(here)
         self.size = max(end - self._start, 0)
 
     def readinto(self, offset: int, dst: memoryview, what: str) -> None:
@@ -142,6 +146,23 @@ class FileRanges(Ranges):
             self._file.close()
 
 
+def plain_fileno(file: Any) -> int | None:
+    """Return the descriptor of ``file`` when its bytes are the bytes of a regular file on
+    disk: a ``FileIO``, or a buffered reader over one, seekable. Return None for anything
+    else, such as ``gzip``/``bz2``/``lzma`` files (whose ``fileno()`` is the compressed file
+    underneath), pipes, sockets and in-memory files."""
+    raw = file.raw if isinstance(file, (io.BufferedReader, io.BufferedRandom)) else file
+    if not isinstance(raw, io.FileIO):
+        return None
+    try:
+        fileno = raw.fileno()
+        if not raw.seekable() or not stat.S_ISREG(os.fstat(fileno).st_mode):
+            return None
+    except (OSError, ValueError):  # a closed file
+        return None
+    return fileno
+
+
 def _seekable(file: Any) -> bool:
     try:
         return bool(file.seekable()) and hasattr(file, "readinto")
@@ -150,7 +171,7 @@ def _seekable(file: Any) -> bool:
 
 
 class UrlRanges(Ranges):
-    """A record at a URL (the whole object), read in byte ranges: a batch of frames at once
+    """A record at a URL (the whole object), read in byte ranges: a batch of chunks at once
     with ``cat_ranges``, which file systems such as s3fs fetch concurrently.
 
     Raises:

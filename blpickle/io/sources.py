@@ -1,29 +1,28 @@
-"""Where records are read from: bytes in memory, memory maps and files (seekable or not),
-behind one interface."""
+"""Where `blpickle.load` reads records from, in order: bytes in memory, memory maps and files
+(seekable or not), behind one interface. A source that can seek also offers the record's
+bytes through the one byte-range contract, `blpickle.io.ranges.Ranges`, for the reads it
+makes out of order."""
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
-import stat
 import threading
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from .. import format as fmt
 from ..errors import TruncatedError
+from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno
 
 __all__ = [
     "FileSource",
     "MemorySource",
     "PendingRead",
-    "RandomAccess",
     "RecordingSource",
     "Source",
     "map_file",
-    "plain_fileno",
 ]
 
 #: Large reads from files are made in pieces of this size.
@@ -33,21 +32,6 @@ READ_SIZE = 8 << 20
 LATER_READ_SIZE = 256 << 10
 #: ... which reads them into a buffer of its own, kept between reads up to this size.
 KEPT_BUFFER_SIZE = 16 << 20
-
-
-class RandomAccess(Protocol):
-    """What a source that can seek offers besides reading in order; offsets count from the
-    record start."""
-
-    def size(self) -> int | None: ...
-
-    def read_at(self, offset: int, size: int) -> Any:
-        """Return up to ``size`` bytes at ``offset`` without moving."""
-        ...
-
-    def seek(self, pos: int) -> None:
-        """Go to ``pos``."""
-        ...
 
 
 class Source:
@@ -83,9 +67,14 @@ class Source:
         """Bytes from the record start to the end of the data, if known."""
         return None
 
-    def random_access(self) -> RandomAccess | None:
-        """Return this source's random access, or None when it reads in order only."""
+    def random_access(self) -> Ranges | None:
+        """Return the bytes of this record by range (offsets from the record start), or None
+        when the source reads in order only."""
         return None
+
+    def seek(self, pos: int) -> None:
+        """Go to ``pos``, for a source with `random_access`."""
+        raise NotImplementedError
 
 
 class MemorySource(Source):
@@ -128,11 +117,8 @@ class MemorySource(Source):
     def size(self) -> int:
         return len(self._view)
 
-    def random_access(self) -> MemorySource:
-        return self
-
-    def read_at(self, offset: int, size: int) -> memoryview:
-        return self._view[offset : offset + size]
+    def random_access(self) -> MemoryRanges:
+        return MemoryRanges(self._view)
 
     def seek(self, pos: int) -> None:
         self.pos = pos
@@ -147,8 +133,8 @@ class FileSource(Source):
     more than it holds: a large read is made in pieces, so a size declared by a damaged or
     forged record allocates only what the file really has.
 
-    For a plain file on disk (see `plain_fileno`) it also offers random access, measured
-    from where the record starts.
+    For a plain file on disk (see `plain_fileno`) it also offers random access (`FileRanges`),
+    measured from where the record starts.
     """
 
     def __init__(self, file: BinaryIO, pos: int = 0) -> None:
@@ -203,15 +189,8 @@ class FileSource(Source):
             return None
         return os.fstat(self._fileno).st_size - self._start
 
-    def random_access(self) -> FileSource | None:
-        return None if self._fileno is None else self
-
-    def read_at(self, offset: int, size: int) -> bytes:
-        self._file.seek(self._start + offset)
-        try:
-            return self._file.read(size)
-        finally:
-            self._file.seek(self._start + self.pos)
+    def random_access(self) -> FileRanges | None:
+        return None if self._fileno is None else FileRanges(self._file, start=self._start)
 
     def seek(self, pos: int) -> None:
         self._file.seek(self._start + pos)
@@ -285,23 +264,6 @@ class RecordingSource(Source):
     def replay(self) -> MemorySource:
         """Return a source of the bytes kept, at the record start."""
         return MemorySource(self._data)
-
-
-def plain_fileno(file: Any) -> int | None:
-    """Return the descriptor of ``file`` when its bytes are the bytes of a regular file on
-    disk: a ``FileIO``, or a buffered reader over one, seekable. Return None for anything
-    else, such as ``gzip``/``bz2``/``lzma`` files (whose ``fileno()`` is the compressed file
-    underneath), pipes, sockets and in-memory files."""
-    raw = file.raw if isinstance(file, (io.BufferedReader, io.BufferedRandom)) else file
-    if not isinstance(raw, io.FileIO):
-        return None
-    try:
-        fileno = raw.fileno()
-        if not raw.seekable() or not stat.S_ISREG(os.fstat(fileno).st_mode):
-            return None
-    except (OSError, ValueError):  # a closed file
-        return None
-    return fileno
 
 
 _MMAP_ACCESS = {"r": mmap.ACCESS_READ, "r+": mmap.ACCESS_WRITE, "c": mmap.ACCESS_COPY}

@@ -5,7 +5,7 @@ Vetted reconstructors are called through their checks (`blpickle.restricted.regi
 numpy's dtype and array reconstructors give a `Pending` object, built from its checked state
 when ``BUILD`` comes: `blpickle.restricted.numpy_state`). Admitted classes are created with
 ``cls.__new__``; only names the caller gave exactly are called as pickle calls them. The
-code of admitted types runs from a frame whose globals are empty (nothing a callee could
+code of admitted types runs from a stack frame whose globals are empty (nothing a callee could
 reach through the stack); what it raises comes out wrapped in a `CallerError`.
 """
 
@@ -33,8 +33,8 @@ __all__ = [
     "set_state",
 ]
 
-#: Calls ``f(*a, **k)`` from a frame whose globals are empty: a callee that looks up its
-#: caller's frame (``pandas.eval`` does) finds nothing there.
+#: Calls ``f(*a, **k)`` from a stack frame whose globals are empty: a callee that looks up its
+#: caller's stack frame (``pandas.eval`` does) finds nothing there.
 _INVOKE = eval("lambda f, a, k: f(*a, **k)", {"__builtins__": {}})
 #: The numpy objects whose state safe mode sets (numpy checks it), and the types of that
 #: state: random bit generators (a dict, and a seed sequence), seed sequences, RandomState

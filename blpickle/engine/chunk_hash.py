@@ -1,4 +1,4 @@
-"""The checksum of a raw frame (and its digest, in a signed record), computed a piece at a time
+"""The checksum of a raw chunk (and its digest, in a signed record), computed a piece at a time
 in the shared pool beside the caller's I/O."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import xxhash
 
 from .pool import shared_pool
 
-__all__ = ["FrameHash"]
+__all__ = ["ChunkHash"]
 
 
-class FrameHash:
+class ChunkHash:
     """XXH3-64 (with ``seed``) and, with ``sign``, BLAKE2b-256 of the pieces given to `add`,
     in order.
 

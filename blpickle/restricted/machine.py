@@ -1,0 +1,218 @@
+"""The state of the restricted unpickler (`blpickle.restricted.unpickler`): its pickle machine
+of stack, marks and memo over the input, the budgets a decompressed stream pays for, and the
+helpers its opcode handlers share, those of a load and those of the listing of refusals
+(`blpickle.restricted.listing`) alike."""
+
+from __future__ import annotations
+
+import _compat_pickle
+import importlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ..errors import CorruptError, UnsafeLoadError
+from .budget import Budget
+from .input import PickleInput
+from .numpy_state import Pending
+from .policy import Admitted, Policy
+
+__all__ = [
+    "OBJECTS_PER_BYTE",
+    "OBJECTS_SLACK",
+    "OPCODES_PER_BYTE",
+    "OPCODES_SLACK",
+    "UNKNOWN",
+    "Handler",
+    "Machine",
+    "Refusal",
+]
+
+#: The deepest nesting of tuples and frozensets loaded (Python's own recursion limit).
+_MAX_NESTING = 1000
+#: A restricted load of a decompressed pickle stream makes at most ``OBJECTS_SLACK +
+#: OBJECTS_PER_BYTE * n`` containers, objects and memo entries, n the bytes of the input read
+#: so far: a few stored bytes that decompress to millions of one-byte opcodes cannot make
+#: millions of objects.
+OBJECTS_SLACK = 1 << 17
+OBJECTS_PER_BYTE = 64
+#: ... and reads at most ``OPCODES_SLACK + OPCODES_PER_BYTE * n`` opcodes (the limit of
+#: `blpickle.format.scan`, which reads the same stream for inspect and verify).
+OPCODES_SLACK = 1 << 20
+OPCODES_PER_BYTE = 4096
+
+
+class Refusal(Exception):
+    """Raised inside the interpreter at the first refusal: the rest of the pickle is then
+    read to list every other global the policy refuses, running nothing more."""
+
+    def __init__(self, error: UnsafeLoadError) -> None:
+        super().__init__()
+        self.error = error
+
+
+class _Unknown:
+    """What an operation that was not run gives, once the load lists refusals."""
+
+    __slots__ = ()
+
+
+UNKNOWN = _Unknown()
+
+
+class Machine:
+    """The pickle machine of one restricted load: its input, stack, marks and memo, what the
+    policy admitted and refused, and the budgets of objects and opcodes.
+
+    Args:
+        file: a binary file with ``read`` and ``readline``.
+        policy: which globals may be imported.
+        fix_imports: map Python 2 names to Python 3 ones (protocols 0-2), as pickle does.
+        encoding: how Python 2 ``str`` objects are decoded (``"bytes"``: kept as bytes).
+        errors: the error handler of that decoding.
+        buffers: the out-of-band buffers, in the order the pickle uses them.
+        stored: for a decompressed pickle stream, a function giving how many bytes of input
+            have been read so far, which bounds the objects it may make (see
+            `OBJECTS_PER_BYTE`); None for a stream read as it is stored (each object then
+            costs at least a byte of input).
+    """
+
+    def __init__(
+        self,
+        file: Any,
+        policy: Policy,
+        *,
+        fix_imports: bool = True,
+        encoding: str = "ASCII",
+        errors: str = "strict",
+        buffers: Iterable[Any] | None = None,
+        stored: Callable[[], int] | None = None,
+    ) -> None:
+        self._input = PickleInput(file, stored)
+        self._read = self._input.read
+        self._policy = policy
+        self._fix_imports = fix_imports
+        self._encoding, self._errors = encoding, errors
+        self._buffers: Iterator[Any] | None = None if buffers is None else iter(buffers)
+        self._stack: list[Any] = []
+        self._marks: list[list[Any]] = []
+        self._memo: dict[int, Any] = {}
+        self._pending = 0  # how many dtypes and arrays wait for their state
+        self._depths: dict[int, tuple[Any, int]] = {}  # id -> (tuple or frozenset, nesting depth > 1)
+        self._proto = 0
+        self._grants: dict[int, Admitted] = {}  # id -> how each imported global was admitted
+        self._refused: dict[str, str] = {}  # module.name -> why, once the load lists refusals
+        self._objects = Budget("makes over {} objects", OBJECTS_SLACK, OBJECTS_PER_BYTE, stored)
+        self._opcodes = Budget("runs over {} opcodes", OPCODES_SLACK, OPCODES_PER_BYTE, stored)
+
+    def _pop_mark(self) -> list[Any]:
+        if not self._marks:
+            raise CorruptError(f"the pickle has no MARK before offset {self._input.offset}")
+        items = self._stack
+        self._stack = self._marks.pop()
+        return items
+
+    def _size(self, width: int, signed: bool = False) -> int:
+        size = int.from_bytes(self._read(width), "little", signed=signed)
+        if size < 0:
+            raise CorruptError(f"negative size {size} near offset {self._input.offset}")
+        return size
+
+    def _line(self) -> bytes:
+        return self._input.readline()[:-1]
+
+    def _decode(self, value: bytes) -> Any:
+        """Decode a Python 2 ``str`` as pickle does (``encoding="bytes"`` keeps bytes)."""
+        if self._encoding == "bytes":
+            return value
+        return value.decode(self._encoding, self._errors)
+
+    def _memo_get(self, key: int) -> Any:
+        try:
+            value = self._memo[key]
+        except KeyError:
+            raise CorruptError(f"the pickle refers to memo entry {key}, which it never stored") from None
+        if isinstance(value, Pending):
+            raise CorruptError(
+                "the pickle refers to a numpy dtype or array inside its own state (a recursive numpy "
+                "object): safe mode does not load those"
+            )
+        self._stack.append(value)
+
+    def _memo_put(self, key: int) -> None:
+        if not self._stack:
+            raise CorruptError("the pickle memoizes from an empty stack")
+        self._count()
+        value = self._stack[-1]
+        if isinstance(value, Pending):
+            value.keys.append(key)
+        self._memo[key] = value
+
+    def _track(self, obj: Any) -> None:
+        """Record how deeply tuples and frozensets nest in ``obj``, one made of objects the
+        pickle built; refuse it nested deeper than ``_MAX_NESTING`` (hashing it recurses in C
+        without a limit: a dict key a million tuples deep crashes the process)."""
+        depth = 1
+        depths = self._depths
+        for item in obj:
+            if isinstance(item, (tuple, frozenset)):
+                entry = depths.get(id(item))
+                depth = max(depth, 2 if entry is None else entry[1] + 1)
+        if depth > 1:
+            if depth > _MAX_NESTING:
+                raise CorruptError(f"the pickle nests tuples or frozensets more than {_MAX_NESTING} deep")
+            depths[id(obj)] = (obj, depth)
+
+    def _made(self, obj: Any) -> Any:
+        """Return ``obj``, made by a call, its nesting recorded if it is a tuple or frozenset."""
+        self._count()
+        if isinstance(obj, (tuple, frozenset)):
+            self._track(obj)
+        return obj
+
+    def _count(self) -> None:
+        """Count one object (a container, a call's result, a memo entry) against the budget
+        that the input read so far pays for."""
+        self._objects.spend()
+
+    def _find_class(self, module: Any, name: Any) -> Any:
+        if not isinstance(module, str) or not isinstance(name, str):
+            raise CorruptError(f"a global's module and name must be strings, not {module!r} and {name!r}")
+        if self._proto < 4 and "." in name:  # pickle looks dotted names up from protocol 4 on
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        python2 = (module, name) in _compat_pickle.NAME_MAPPING or module in _compat_pickle.IMPORT_MAPPING
+        if python2 and not self._fix_imports and self._proto < 3:
+            importlib.import_module(module)  # pickle imports the Python 2 name as it is: fails
+        try:
+            admitted = self._policy.admit(module, name)
+        except UnsafeLoadError as exc:
+            raise Refusal(exc) from None
+        self._grants[id(admitted.obj)] = admitted
+        return admitted.obj
+
+    def _changed(self, target: Any) -> Any:
+        """Return ``target``, an object the pickle sets the state of or fills, unless it is one
+        a module holds (a global: a class, a constant): a load changes only what it makes."""
+        if self._grant(target) is not None:
+            raise CorruptError(
+                f"the pickle changes {type(target).__name__} {_describe(target)}, which a module holds: "
+                "safe mode changes only the objects a load makes"
+            )
+        return target
+
+    def _grant(self, obj: Any) -> Admitted | None:
+        """How the policy admitted ``obj``, a global this load imported (None: it did not)."""
+        grant = self._grants.get(id(obj))
+        return grant if grant is not None and grant.obj is obj else None
+
+    def _refuse(self, error: UnsafeLoadError) -> None:
+        """Record a refusal, to be listed with the others."""
+        self._refused.setdefault(f"{error.module}.{error.name}", error.reason)
+
+
+def _describe(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None)
+    return f"{getattr(obj, '__module__', '')}.{name}" if isinstance(name, str) else ""
+
+
+#: An opcode's handler: reads its arguments and changes the machine.
+Handler = Callable[[Machine], None]

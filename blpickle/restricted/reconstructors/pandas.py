@@ -1,0 +1,127 @@
+"""The vetted reconstructors of pandas: datetime, categorical, period, interval and extension
+columns, indexes, blocks and block managers, timestamps and NaT; and the families of pandas
+classes that pickle calls with plain data (date offsets, extension dtypes)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+from typing import Any
+
+import numpy as np
+
+from ...errors import CorruptError
+from .checks import Check, Context, Family, Reconstructor, check_arity, check_types, cython_state
+
+__all__ = ["FAMILIES", "RECONSTRUCTORS"]
+
+#: The package pattern a caller allows for these to be called.
+_PANDAS = "pandas"
+
+
+def _pandas_index(function: str) -> Check:
+    """``_new_Index(cls, d)`` and ``_new_DatetimeIndex(cls, d)``: ``cls(**d)`` for an
+    admitted index class and a dict of str keys."""
+
+    def check(args: tuple[Any, ...], context: Context) -> Any:
+        pandas = importlib.import_module("pandas")
+        cls, fields = check_types(args, ((type,), (dict,)), function)
+        context.subclass(cls, pandas.Index, function)
+        if not all(type(key) is str for key in fields):
+            raise CorruptError(f"{function} takes a dict of str keys, not {list(fields)!r:.80}")
+        data = fields.get("data")
+        if data is not None and not isinstance(data, (np.ndarray, pandas.api.extensions.ExtensionArray, pandas.Index)):
+            raise CorruptError(f"{function} takes its data as an array, not a {type(data).__name__}")
+        module = "pandas.core.indexes.datetimes" if "Datetime" in function else "pandas.core.indexes.base"
+        return getattr(importlib.import_module(module), function)(cls, fields)
+
+    return check
+
+
+def _pandas_block(args: tuple[Any, ...], context: Context) -> Any:
+    """``_unpickle_block(values, placement, ndim)``: a block of a DataFrame's columns."""
+    pandas = importlib.import_module("pandas")
+    internals = importlib.import_module("pandas._libs.internals")
+    values, placement, ndim = check_types(
+        args,
+        ((np.ndarray, pandas.api.extensions.ExtensionArray), (slice, np.ndarray, internals.BlockPlacement), (int,)),
+        "pandas _unpickle_block",
+    )
+    if ndim not in (1, 2):
+        raise CorruptError(f"a pandas block has 1 or 2 dimensions, not {ndim}")
+    return internals._unpickle_block(values, placement, ndim)
+
+
+def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
+    """``BlockManager(blocks, axes)``: a DataFrame's blocks and its axes."""
+    pandas = importlib.import_module("pandas")
+    internals = importlib.import_module("pandas._libs.internals")
+    blocks, axes = check_types(args, ((tuple,), (list,)), "pandas BlockManager")
+    if not all(isinstance(block, internals.Block) for block in blocks) or not all(
+        isinstance(axis, pandas.Index) for axis in axes
+    ):
+        raise CorruptError(f"a pandas BlockManager takes blocks and indexes, not {args!r:.120}")
+    if len(axes) != 2:
+        raise CorruptError(f"a pandas BlockManager has two axes, not {len(axes)}")
+    placed = np.concatenate([block.mgr_locs.as_array for block in blocks]) if blocks else np.zeros(0, np.intp)
+    if not np.array_equal(np.sort(placed), np.arange(len(axes[0]))):
+        raise CorruptError(f"a pandas BlockManager's blocks must place each of its {len(axes[0])} columns once")
+    for block in blocks:
+        if block.shape != (len(block.mgr_locs), len(axes[1])):
+            raise CorruptError(f"a pandas block of shape {block.shape} does not fit its DataFrame")
+    return importlib.import_module("pandas.core.internals.managers").BlockManager(blocks, axes)
+
+
+def _pandas_timestamp(args: tuple[Any, ...], context: Context) -> Any:
+    """``_unpickle_timestamp(value, freq, tz, reso)``."""
+    check_arity(args, 3, 4, "pandas _unpickle_timestamp")
+    value, freq, tz = args[:3]
+    if type(value) is not int or not (tz is None or isinstance(tz, datetime.tzinfo)):
+        raise CorruptError(f"a pandas Timestamp is an int and a time zone, not {args!r:.80}")
+    if freq is not None or (len(args) == 4 and type(args[3]) is not int):
+        raise CorruptError(f"a pandas Timestamp's freq is None and its resolution an int, not {args!r:.80}")
+    timestamps = importlib.import_module("pandas._libs.tslibs.timestamps")
+    return timestamps._unpickle_timestamp(*args)
+
+
+def _pandas_timedelta(args: tuple[Any, ...], context: Context) -> Any:
+    """``_timedelta_unpickle(value, reso)``."""
+    check_types(args, ((int,), (int,)), "pandas _timedelta_unpickle")
+    return importlib.import_module("pandas._libs.tslibs.timedeltas")._timedelta_unpickle(*args)
+
+
+def _pandas_nat(args: tuple[Any, ...], context: Context) -> Any:
+    """``_nat_unpickle(None)``: pandas' NaT."""
+    check_arity(args, 0, 1, "pandas _nat_unpickle")
+    if args and args[0] is not None:
+        raise CorruptError(f"pandas _nat_unpickle takes None, not {args[0]!r:.80}")
+    return importlib.import_module("pandas").NaT
+
+
+#: Families of classes that pickle calls with arguments.
+FAMILIES = (
+    # pandas date offsets: (n, normalize, and a weekday, holidays, ...)
+    Family("pandas._libs.tslibs.offsets.BaseOffset", _PANDAS),
+    # pandas extension dtypes: StringDtype(storage, na_value)
+    Family("pandas.core.dtypes.base.ExtensionDtype", _PANDAS),
+)
+
+#: The reconstructors of pandas, by import path.
+RECONSTRUCTORS: dict[str, Reconstructor] = {
+    "pandas._libs.arrays.__pyx_unpickle_NDArrayBacked": Reconstructor(
+        cython_state("pandas._libs.arrays.NDArrayBacked", "__pyx_unpickle_NDArrayBacked"), _PANDAS
+    ),
+    "pandas._libs.interval.__pyx_unpickle_IntervalMixin": Reconstructor(
+        cython_state("pandas._libs.interval.IntervalMixin", "__pyx_unpickle_IntervalMixin"), _PANDAS
+    ),
+    "pandas._libs.internals._unpickle_block": Reconstructor(_pandas_block, _PANDAS),
+    "pandas.core.internals.managers.BlockManager": Reconstructor(_pandas_manager, _PANDAS),
+    "pandas.core.indexes.base._new_Index": Reconstructor(_pandas_index("_new_Index"), _PANDAS),
+    "pandas.core.indexes.datetimes._new_DatetimeIndex": Reconstructor(_pandas_index("_new_DatetimeIndex"), _PANDAS),
+    "pandas._libs.tslibs.timestamps._unpickle_timestamp": Reconstructor(_pandas_timestamp, _PANDAS),
+    "pandas._libs.tslibs.timedeltas._timedelta_unpickle": Reconstructor(_pandas_timedelta, _PANDAS),
+    **{
+        f"pandas._libs.tslibs.nattype.{name}": Reconstructor(_pandas_nat, _PANDAS)
+        for name in ("_nat_unpickle", "__nat_unpickle")  # pandas 3, pandas 2
+    },
+}

@@ -1,0 +1,70 @@
+"""The vetted reconstructors of scikit-learn (decision trees, neighbours' binary trees, distance
+metrics) and the check of a tree's nodes, which sklearn's ``__setstate__`` does not make."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...errors import CorruptError
+from .checks import Check, Context, Reconstructor, check_types
+
+__all__ = ["RECONSTRUCTORS", "STATE_CHECKS"]
+
+#: The package pattern a caller allows for these to be called.
+_SKLEARN = "sklearn"
+
+
+def _sklearn_tree(args: tuple[Any, ...], context: Context) -> Any:
+    """``Tree(n_features, n_classes, n_outputs)``: its state comes with ``BUILD``, which
+    sklearn checks (node dtype and count)."""
+    n_features, n_classes, n_outputs = check_types(args, ((int,), (np.ndarray,), (int,)), "sklearn Tree")
+    if n_classes.dtype.kind not in "iu" or n_classes.ndim != 1 or len(n_classes) != n_outputs or n_features < 0:
+        raise CorruptError(f"a sklearn Tree takes a count of features, classes and outputs, not {args!r:.120}")
+    return importlib.import_module("sklearn.tree._tree").Tree(n_features, n_classes, n_outputs)
+
+
+def _sklearn_new(module: str, base: str) -> Check:
+    """sklearn's Cython ``newObj(cls)``: ``cls.__new__(cls)`` for an admitted subclass of
+    ``base`` (a binary tree, a distance metric)."""
+
+    def check(args: tuple[Any, ...], context: Context) -> Any:
+        (cls,) = check_types(args, ((type,),), f"{module}.newObj")
+        context.subclass(cls, getattr(importlib.import_module(module), base), f"{module}.newObj")
+        return cls.__new__(cls)
+
+    return check
+
+
+def _tree_state(tree: Any) -> None:
+    """Check a sklearn Tree's nodes: children are nodes of the tree (or -1, a leaf) and
+    features are features it has (or -2): sklearn's ``__setstate__`` checks neither, and
+    prediction follows them through memory."""
+    state = tree.__getstate__()
+    nodes, count = state["nodes"], state["node_count"]
+    for side in ("left_child", "right_child"):
+        if len(nodes) and not ((nodes[side] >= -1) & (nodes[side] < count)).all():
+            raise CorruptError(f"a sklearn Tree's {side} must name nodes of the tree")
+    if len(nodes) and not ((nodes["feature"] >= -2) & (nodes["feature"] < tree.n_features)).all():
+        raise CorruptError("a sklearn Tree's nodes must split on features it has")
+
+
+#: Checks of a sklearn object's state after ``BUILD`` set it, by the import path of its class.
+STATE_CHECKS: dict[str, Callable[[Any], None]] = {"sklearn.tree._tree.Tree": _tree_state}
+
+#: The reconstructors of scikit-learn, by import path.
+RECONSTRUCTORS: dict[str, Reconstructor] = {
+    "sklearn.tree._tree.Tree": Reconstructor(_sklearn_tree, _SKLEARN),
+    "sklearn.neighbors._kd_tree.newObj": Reconstructor(
+        _sklearn_new("sklearn.neighbors._kd_tree", "BinaryTree64"), _SKLEARN
+    ),
+    "sklearn.neighbors._ball_tree.newObj": Reconstructor(
+        _sklearn_new("sklearn.neighbors._ball_tree", "BinaryTree64"), _SKLEARN
+    ),
+    "sklearn.metrics._dist_metrics.newObj": Reconstructor(
+        _sklearn_new("sklearn.metrics._dist_metrics", "DistanceMetric"), _SKLEARN
+    ),
+}
