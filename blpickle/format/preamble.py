@@ -46,8 +46,12 @@ _COMPACT_START = struct.Struct("<12sI")
 _pack_compact_start, _unpack_compact_start = _COMPACT_START.pack, _COMPACT_START.unpack_from
 _pack_u64, _unpack_u64 = U64.pack, U64.unpack_from
 _xxh3 = xxhash.xxh3_64_intdigest
+_xxh3_hasher = xxhash.xxh3_64
 _PREAMBLE_SIZE, _U64_SIZE = PREAMBLE.size, U64.size
 
+#: Data this large is hashed with the GIL released (`checksum`); smaller data costs less than
+#: the release.
+RELEASE_GIL_SIZE = 64 << 10
 #: Raw (uncompressed) payloads start at a multiple of this, counted from the record start.
 ALIGNMENT = 64
 #: Blosc2 adds at most this many bytes to a chunk (BLOSC2_MAX_OVERHEAD).
@@ -87,8 +91,12 @@ def damaged_magic(head: bytes) -> bool:
 
 
 def checksum(data: Any, seed: int = 0) -> int:
-    """Return the 64-bit XXH3 checksum of a bytes-like object."""
-    return xxhash.xxh3_64_intdigest(data, seed)
+    """Return the 64-bit XXH3 checksum of a bytes-like object. From `RELEASE_GIL_SIZE` bytes
+    on it is computed by xxhash's hasher object, which releases the GIL (its one-shot function
+    does not), so that chunks hashed in the pool's threads are hashed in parallel."""
+    if len(data) < RELEASE_GIL_SIZE:
+        return _xxh3(data, seed)
+    return _xxh3_hasher(data, seed=seed).intdigest()
 
 
 def chunk_digest(data: Any) -> bytes:
