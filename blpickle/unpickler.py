@@ -226,6 +226,8 @@ class Unpickler(pickle.Unpickler):
             if error is exc:
                 raise
             raise error from exc
+        finally:
+            reader.settle()  # the buffers read ahead that the unpickler did not take
         if isinstance(graph, PickleFile):
             graph.check_rest()
         reader.finish()

@@ -10,20 +10,33 @@ from __future__ import annotations
 import hmac
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
-from typing import Any
+from concurrent.futures import Future, wait
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import format as fmt
-from ..errors import ChecksumError, CorruptError, LimitError, SignatureError, TruncatedError, UnsupportedVersionError
+from ..errors import (
+    ChecksumError,
+    CorruptError,
+    LimitError,
+    LoadError,
+    SignatureError,
+    TruncatedError,
+    UnsupportedVersionError,
+)
 from ..format.trailer import check_footer, check_trailer_size, chunk_name, parse_index
 from ..io.sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 from .chunk_hash import ChunkHash
 from .chunks import unpack_chunk
 from .pool import map_ordered, shared_pool
 
-__all__ = ["RecordReader", "allocate_stream", "byte_view"]
+__all__ = ["AHEAD_SIZE", "RecordReader", "allocate_stream", "byte_view"]
+
+#: Streams after the one the unpickler asks for are read ahead while together they declare at
+#: most this many bytes (their arrays, allocated as they are read; their chunks, held as
+#: stored until checked and decompressed): a few chunks of the default size.
+AHEAD_SIZE = 16 << 20
 
 
 class RecordReader:
@@ -68,7 +81,9 @@ class RecordReader:
         self._key = key
         self._digests: list[bytes] = []
         self._authenticated: deque[bytes] | None = None  # digests a second reading must match
-        self._next_stream = 0
+        self._next_stream = 0  # the next stream the caller reads (those read ahead are past it)
+        self._ahead: deque[_Ahead] = deque()  # streams read ahead, in order (see `buffers`)
+        self._ahead_bytes = 0
         self.index = fmt.ChunkIndex()
         self._compact_pickle: bytes | None = None
         if self.compact:
@@ -246,13 +261,111 @@ class RecordReader:
 
     def buffers(self) -> Iterator[np.ndarray | memoryview]:
         """Yield the out-of-band buffers lazily, in order (splices are read by
-        `blpickle.engine.pickle_file.PickleFile` where the pickle reaches them)."""
+        `blpickle.engine.pickle_file.PickleFile` where the pickle reaches them).
+
+        With more than one thread, the streams after the one asked for are read ahead, up to
+        `AHEAD_SIZE` bytes of them and never past a splice, and their chunks checked and
+        decompressed in the shared pool into their arrays, so that many small buffers load
+        in parallel as the chunks of one large buffer do (see `_read_ahead`). Call `settle`
+        when the unpickler stops early.
+        """
+        pipelined = self._nthreads > 1 and self._key is None and self._authenticated is None
+        pipelined = pipelined and self._compact_pickle is None and not self.header.uncompressed
         while (info := self.next_stream()) is not None:
             if info.splice is not None:
                 raise CorruptError(
                     f"stream {self._next_stream} is a splice where the pickle expects an out-of-band buffer"
                 )
-            yield self.read_stream()
+            if pipelined:
+                self._read_ahead()
+            yield self._take() if self._ahead else self.read_stream()
+
+    def settle(self) -> None:
+        """Stop the work on the streams read ahead: chunks not started are dropped, those
+        being checked or decompressed finish before it returns."""
+        for ahead in self._ahead:
+            _stop(ahead.jobs)
+        self._ahead.clear()
+        self._ahead_bytes = 0
+
+    def _read_ahead(self) -> None:
+        """Read the chunks of the streams after those read so far, allocate each stream's array
+        and hand its chunks to the pool (all but the consumer's next stream's single chunk,
+        checked and decompressed by `_take` itself: no hand-off where there is nothing to run
+        beside it), while the streams ahead of the consumer declare at most `AHEAD_SIZE` bytes
+        together. A stream larger than that is left to `read_stream`, which keeps a few of its
+        chunks in flight; a splice is read where the pickle reaches it.
+
+        An error while reading a stream (truncated, damaged, too large to allocate) stops
+        the reading ahead and is raised by `_take` when the consumer reaches that stream, as
+        reading in order would raise it.
+        """
+        streams, ahead = self.header.streams, self._ahead
+        while (number := self._next_stream + len(ahead)) < len(streams) and not (ahead and ahead[-1].error is not None):
+            info = streams[number]
+            if info.splice is not None or self._ahead_bytes + info.nbytes > AHEAD_SIZE:
+                return
+            jobs: list[_Job] = []
+            out: Any = None
+            error = None
+            try:
+                if info.raw:
+                    out = self._raw_ahead(info, number, jobs)
+                else:
+                    out = allocate_stream(info.nbytes, number)
+                    jobs += (_Job(_unpack, ((*chunk, False),)) for chunk in self._read_chunks(info, number, out))
+            except LoadError as exc:
+                error = exc
+            if ahead or len(jobs) > 1:
+                pool = shared_pool(self._nthreads)
+                jobs = [job._replace(future=pool.submit(job.function, *job.arguments)) for job in jobs]
+            ahead.append(_Ahead(out, jobs, error, info.nbytes))
+            self._ahead_bytes += info.nbytes
+
+    def _raw_ahead(self, info: fmt.StreamInfo, number: int, jobs: list[_Job]) -> np.ndarray:
+        """Read a raw stream's chunk for `_read_ahead`: return its array, and add to ``jobs``
+        the copy of its payload into the array (a positional read from a plain file, a copy
+        from memory) and its checksum; from any other file, its payload is read here."""
+        if not info.nbytes:
+            return np.empty(0, dtype=np.uint8)
+        source = self._source
+        what, offset = self._raw_prologue(info, number)
+        out = allocate_stream(info.nbytes, number)
+        payload: Any = source.read_later(info.nbytes, what, least=0)
+        if payload is None and isinstance(source, MemorySource):
+            payload = source.read(info.nbytes, what)
+        elif payload is None:
+            source.readinto(out.data, what)
+        stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
+        seed = fmt.chunk_seed(self._header_checksum, len(self.index))
+        self.index.add(offset, info.nbytes, stored)
+        jobs.append(_Job(_fill_raw, (payload, out, stored, seed, what, offset)))
+        return out
+
+    def _take(self) -> Any:
+        """Return the next stream read ahead once its chunks are checked and decompressed
+        (running those the pool has not started here). A stream whose reading failed raises
+        that error, as `read_stream` does before it reports a chunk read earlier; otherwise
+        the first error of its chunks.
+
+        Raises:
+            LoadError subclasses: for a damaged, truncated or inconsistent stream.
+        """
+        ahead = self._ahead.popleft()
+        self._ahead_bytes -= ahead.nbytes
+        self._next_stream += 1
+        if ahead.error is not None:
+            _stop(ahead.jobs)
+            raise ahead.error
+        try:
+            for job in ahead.jobs:
+                if job.future is None or job.future.cancel():  # not started: run it here rather than wait
+                    job.function(*job.arguments)
+                else:
+                    job.future.result()
+        finally:
+            _stop(ahead.jobs)
+        return ahead.out
 
     def finish(self) -> fmt.ChunkIndex:
         """Read and check the trailer (and the signature, with a key); every stream must have
@@ -261,6 +374,7 @@ class RecordReader:
         Raises:
             CorruptError, ChecksumError, TruncatedError, LimitError, SignatureError.
         """
+        self.settle()
         if self._next_stream < len(self.header.streams):
             raise CorruptError(
                 f"the pickle used {self._next_stream - 1} out-of-band streams, "
@@ -275,6 +389,10 @@ class RecordReader:
         offset = source.pos
         trailer = bytes(source.read(size, "the trailer"))
         check_footer(trailer, source.read(fmt.FOOTER.size, "the footer"), self._header_checksum, offset)
+        if self._key is None and trailer == self.index.encode():
+            # the trailer blpickle writes for the chunks just read: they were read in order,
+            # each checked against the rules `parse_index` holds a trailer to, so it passes them
+            return self.index
         index = parse_index(self.header, trailer, self._data_start, end, authenticated=self._key is not None).chunks
         if (index.offsets, index.csizes, index.checksums) != (
             self.index.offsets,
@@ -472,6 +590,50 @@ class RecordReader:
                 f"{what} at offset {offset} is not what the signature was checked on: "
                 "the file changed while it was read"
             )
+
+
+class _Job(NamedTuple):
+    """A check and decompression (or copy) of one chunk read ahead: run by the pool (its
+    ``future``) or, if the pool has not started it, by the thread that needs it."""
+
+    function: Callable[..., None]
+    arguments: tuple
+    future: Future[None] | None = None
+
+
+class _Ahead(NamedTuple):
+    """A stream read ahead (`RecordReader._read_ahead`): its array, the jobs that fill it,
+    the error that stopped the reading in it, and its size."""
+
+    out: Any
+    jobs: list[_Job]
+    error: LoadError | None
+    nbytes: int
+
+
+def _stop(jobs: list[_Job]) -> None:
+    """Drop the jobs the pool has not started; wait for those it runs (they write into memory
+    their caller may free)."""
+    futures = [job.future for job in jobs if job.future is not None]
+    for future in futures:
+        future.cancel()
+    wait(futures)
+
+
+def _fill_raw(payload: Any, out: np.ndarray, stored: int, seed: int, what: str, offset: int) -> None:
+    """Copy a raw chunk's ``payload`` into ``out`` (a `PendingRead` reads it there; None: it
+    is there already), then check the chunk's checksum.
+
+    Raises:
+        TruncatedError, ChecksumError.
+    """
+    if isinstance(payload, PendingRead):
+        payload.readinto(out.data)
+    elif payload is not None:
+        np.copyto(out, np.frombuffer(payload, dtype=np.uint8))  # releases the GIL, as the checksum does
+    computed = fmt.checksum(out, seed)
+    if computed != stored:
+        raise ChecksumError(what, offset, stored, computed)
 
 
 def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:

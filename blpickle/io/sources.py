@@ -58,9 +58,9 @@ class Source:
         nothing is read)."""
         return None
 
-    def read_later(self, size: int, what: str) -> PendingRead | None:
+    def read_later(self, size: int, what: str, least: int = LATER_READ_SIZE) -> PendingRead | None:
         """Move past the next ``size`` bytes and return how to read them later, from any
-        thread; or None (then nothing is read)."""
+        thread; or None (then nothing is read), as for fewer than ``least`` bytes."""
         return None
 
     def size(self) -> int | None:
@@ -157,10 +157,10 @@ class FileSource(Source):
         self.pos += size
         return data
 
-    def read_later(self, size: int, what: str) -> PendingRead | None:
-        """For a plain file holding them, of at least `LATER_READ_SIZE` bytes: see
+    def read_later(self, size: int, what: str, least: int = LATER_READ_SIZE) -> PendingRead | None:
+        """For a plain file holding them, of at least ``least`` bytes: see
         `Source.read_later`."""
-        if self._fileno is None or size < LATER_READ_SIZE:
+        if self._fileno is None or size < least:
             return None
         start = self._start + self.pos
         if os.fstat(self._fileno).st_size < start + size:
@@ -230,13 +230,21 @@ class PendingRead:
             if self.size <= KEPT_BUFFER_SIZE:
                 self._buffers.buffer = kept
         view = kept.data[: self.size]
+        self.readinto(view)
+        return view
+
+    def readinto(self, dst: memoryview) -> None:
+        """Fill ``dst`` (of ``size`` bytes) with the bytes.
+
+        Raises:
+            TruncatedError: when the file no longer holds them all.
+        """
         done = 0
         while done < self.size:
-            count = os.preadv(self._fileno, [view[done:]], self._offset + done)
+            count = os.preadv(self._fileno, [dst[done:]], self._offset + done)
             if not count:
                 raise TruncatedError(self._what, self._pos, self.size, done)
             done += count
-        return view
 
 
 class RecordingSource(Source):
