@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
                 (
                     case.name,
                     f"{os.path.getsize(ours_path) / 1e6:.3g}",
-                    *(f"{times[k]['min'] * 1e3:.3g} ({times[k]['median'] * 1e3:.3g})" for k in ("base", "this", "pickle")),
+                    *(
+                        f"{times[k]['min'] * 1e3:.3g} ({times[k]['median'] * 1e3:.3g})"
+                        for k in ("base", "this", "pickle")
+                    ),
                     f"{best['base'] / best['this']:.2f}x",
                     f"{best['pickle'] / best['base']:.2f}x",
                     f"{best['pickle'] / best['this']:.2f}x",

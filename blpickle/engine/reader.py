@@ -26,7 +26,7 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..format.trailer import check_footer, check_trailer_size, chunk_name, parse_index
-from ..io.sources import READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
+from ..io.sources import LATER_READ_SIZE, READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
 from .chunk_hash import ChunkHash
 from .chunks import unpack_chunk
 from .pool import map_ordered, shared_pool
@@ -325,14 +325,15 @@ class RecordReader:
     def _raw_ahead(self, info: fmt.StreamInfo, number: int, jobs: list[_Job]) -> np.ndarray:
         """Read a raw stream's chunk for `_read_ahead`: return its array, and add to ``jobs``
         the copy of its payload into the array (a positional read from a plain file, a copy
-        from memory) and its checksum; from any other file, its payload is read here."""
+        from memory) and its checksum; from any other file, and for the consumer's next
+        stream (its jobs run in the calling thread), its payload is read here."""
         if not info.nbytes:
             return np.empty(0, dtype=np.uint8)
         source = self._source
         what, offset = self._raw_prologue(info, number)
         out = allocate_stream(info.nbytes, number)
-        payload: Any = source.read_later(info.nbytes, what, least=0)
-        if payload is None and isinstance(source, MemorySource):
+        payload: Any = source.read_later(info.nbytes, what, least=0) if self._ahead else None
+        if payload is None and self._ahead and isinstance(source, MemorySource):
             payload = source.read(info.nbytes, what)
         elif payload is None:
             source.readinto(out.data, what)
@@ -510,6 +511,13 @@ class RecordReader:
             self.index.add(offset, info.nbytes, fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0])
             return mapped
         out = into if into is not None else allocate_stream(info.nbytes, number) if keep else None
+        if out is not None and info.nbytes <= LATER_READ_SIZE and self._key is None and self._authenticated is None:
+            source.readinto(byte_view(out), what)  # small: read and hashed at once, nothing to overlap
+            stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
+            seed = fmt.chunk_seed(self._header_checksum, len(self.index))
+            self.index.add(offset, info.nbytes, stored)
+            _fill_raw(None, out, stored, seed, what, offset)
+            return out
         for _ in self._raw_pieces(what, offset, info.nbytes, out, number):
             pass
         return out
@@ -596,9 +604,9 @@ class _Job(NamedTuple):
     """A check and decompression (or copy) of one chunk read ahead: run by the pool (its
     ``future``) or, if the pool has not started it, by the thread that needs it."""
 
-    function: Callable[..., None]
+    function: Callable[..., object]
     arguments: tuple
-    future: Future[None] | None = None
+    future: Future[object] | None = None
 
 
 class _Ahead(NamedTuple):
@@ -615,14 +623,15 @@ def _stop(jobs: list[_Job]) -> None:
     """Drop the jobs the pool has not started; wait for those it runs (they write into memory
     their caller may free)."""
     futures = [job.future for job in jobs if job.future is not None]
-    for future in futures:
-        future.cancel()
-    wait(futures)
+    if futures:
+        for future in futures:
+            future.cancel()
+        wait(futures)
 
 
-def _fill_raw(payload: Any, out: np.ndarray, stored: int, seed: int, what: str, offset: int) -> None:
-    """Copy a raw chunk's ``payload`` into ``out`` (a `PendingRead` reads it there; None: it
-    is there already), then check the chunk's checksum.
+def _fill_raw(payload: Any, out: Any, stored: int, seed: int, what: str, offset: int) -> None:
+    """Copy a raw chunk's ``payload`` into ``out`` (a uint8 array; a `PendingRead` reads it
+    there; None: it is there already), then check the chunk's checksum.
 
     Raises:
         TruncatedError, ChecksumError.

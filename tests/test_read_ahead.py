@@ -1,0 +1,128 @@
+"""Buffers read ahead of the unpickler (`RecordReader.buffers`): chunks of many arrays checked
+and decompressed in the pool at once, loaded as reading in order loads them, and damage
+reported as reading in order reports it, with nothing left running."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+import numpy as np
+import pytest
+
+import blpickle
+from blpickle.engine import reader as reader_module
+from blpickle.engine.reader import AHEAD_SIZE, RecordReader
+from blpickle.errors import ChecksumError, CorruptError, TruncatedError
+from blpickle.io.sources import MemorySource
+
+
+def _arrays() -> dict[str, object]:
+    """Raw and compressed arrays, many chunks and one chunk, one larger than `AHEAD_SIZE`
+    (read in order, its chunks in flight), and a large bytes splice between them."""
+    rng = np.random.default_rng(0)
+    arrays: dict[str, object] = {f"noise{i}": rng.random(25_000) for i in range(12)}  # 200 KB, raw
+    arrays.update({f"ramp{i}": np.arange(i, 300_000 + i) for i in range(6)})  # compressed, several chunks
+    arrays["splice"] = bytes(range(256)) * 8192  # 2 MiB of bytes: a splice stream
+    arrays["big"] = np.arange(AHEAD_SIZE // 8 + 1000, dtype=np.float64)
+    arrays["after"] = rng.random(20_000).astype(np.float32)
+    return arrays
+
+
+def _same(expected: dict[str, object], actual: dict[str, object]) -> bool:
+    return expected.keys() == actual.keys() and all(
+        np.array_equal(v, actual[k]) if isinstance(v, np.ndarray) else v == actual[k] for k, v in expected.items()
+    )
+
+
+def _frames(record: bytes) -> tuple[list[int], list[int], list[int]]:
+    """Where each frame of ``record`` is stored, its stored size, and the number of each
+    stream's first frame."""
+    reader = RecordReader(MemorySource(record), 1)
+    for _ in reader.header.streams:
+        reader.skip_stream()
+    firsts = np.cumsum([0] + [s.nchunks for s in reader.header.streams]).tolist()
+    index = reader.finish()
+    return index.offsets, index.csizes, firsts
+
+
+@pytest.mark.parametrize("nthreads", [1, 2, 4])
+def test_many_arrays_load_from_memory_plain_files_and_streams(nthreads, tmp_path):
+    arrays = _arrays()
+    record = blpickle.dumps(arrays, chunk_size=1 << 20)
+    assert _same(arrays, blpickle.loads(record, nthreads=nthreads))
+    path = tmp_path / "arrays.blp"
+    path.write_bytes(record + record)
+    with open(path, "rb") as file:  # a plain file: raw payloads read by the pool's threads
+        assert _same(arrays, blpickle.load(file, nthreads=nthreads))
+        assert file.tell() == len(record)  # left just after the record
+        assert _same(arrays, blpickle.load(file, nthreads=nthreads))
+    assert _same(arrays, blpickle.load(io.BufferedReader(io.BytesIO(record)), nthreads=nthreads))  # type: ignore[arg-type]
+
+
+def _damaged_chunk(record: bytes, buffer: int) -> bytes:
+    offsets, csizes, firsts = _frames(record)
+    frame = firsts[buffer + 1]
+    damaged = bytearray(record)
+    damaged[offsets[frame] + 8 + csizes[frame] - 1] ^= 0x40  # its last byte: only the checksum tells
+    return bytes(damaged)
+
+
+def _counting(monkeypatch) -> dict[str, int]:
+    """Count the read-ahead jobs started and finished (in any thread)."""
+    counts = {"started": 0, "finished": 0}
+    lock = threading.Lock()
+
+    def counted(function):
+        def run(*arguments):
+            with lock:
+                counts["started"] += 1
+            try:
+                return function(*arguments)
+            finally:
+                with lock:
+                    counts["finished"] += 1
+
+        return run
+
+    monkeypatch.setattr(reader_module, "_unpack_frame", counted(reader_module._unpack_frame))
+    monkeypatch.setattr(reader_module, "_fill_raw", counted(reader_module._fill_raw))
+    return counts
+
+
+@pytest.mark.parametrize("buffer", [3, 15])  # a raw array's frame, a compressed array's chunk
+def test_a_damaged_chunk_among_arrays_in_flight_names_its_buffer_and_leaves_nothing_running(
+    buffer, monkeypatch, tmp_path
+):
+    arrays = _arrays()
+    record = _damaged_chunk(blpickle.dumps(arrays, chunk_size=1 << 20), buffer)
+    counts = _counting(monkeypatch)
+    path = tmp_path / "damaged.blp"
+    path.write_bytes(record)
+    for load in (lambda: blpickle.loads(record), lambda: blpickle.load(str(path))):
+        with pytest.raises(ChecksumError, match=f"chunk 0 of buffer {buffer} "):
+            load()
+        assert counts["started"] == counts["finished"] > 0  # no job still running
+
+
+def test_a_record_cut_short_raises_where_reading_in_order_would(monkeypatch):
+    arrays = {f"a{i}": np.random.default_rng(i).random(25_000) for i in range(20)}
+    record = blpickle.dumps(arrays)
+    offsets, _, firsts = _frames(record)
+    counts = _counting(monkeypatch)
+    with pytest.raises(TruncatedError, match="buffer 9"):
+        blpickle.loads(record[: offsets[firsts[10]] + 1000])  # read ahead of the unpickler
+    assert counts["started"] == counts["finished"]
+
+
+def test_buffers_the_pickle_does_not_take_are_settled(monkeypatch):
+    record = blpickle.dumps([np.arange(200_000) + i for i in range(10)])
+    reader = RecordReader(MemorySource(record), 4)
+    counts = _counting(monkeypatch)
+    buffers = reader.buffers()
+    reader.read_chunks()
+    first = next(buffers)  # the others are read ahead, in the pool
+    assert np.array_equal(first.view(np.int64), np.arange(200_000))
+    with pytest.raises(CorruptError, match="the pickle used 1 out-of-band streams, the record holds 10"):
+        reader.finish()
+    assert counts["started"] == counts["finished"]
