@@ -85,7 +85,7 @@ def _counting(monkeypatch) -> dict[str, int]:
 
         return run
 
-    monkeypatch.setattr(reader_module, "_unpack_frame", counted(reader_module._unpack_frame))
+    monkeypatch.setattr(reader_module, "_unpack", counted(reader_module._unpack))
     monkeypatch.setattr(reader_module, "_fill_raw", counted(reader_module._fill_raw))
     return counts
 
