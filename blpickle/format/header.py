@@ -157,9 +157,6 @@ def _check_names(streams: tuple[StreamInfo, ...]) -> None:
 
 
 def _decode_stream(doc: Any, index: int) -> StreamInfo:
-    quick = _quick_stream(doc) if type(doc) is dict else None
-    if quick is not None:
-        return quick
     where = f"header stream {index}"
     if not isinstance(doc, dict):
         raise CorruptError(f"{where}: expected a map, found {type(doc).__name__}")
@@ -198,41 +195,6 @@ def _decode_stream(doc: Any, index: int) -> StreamInfo:
     if tensor is not None and not isinstance(tensor, str):
         raise CorruptError(f"{where}: tensor must be a string")
     return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec, order, name, tensor)
-
-
-def _quick_stream(doc: dict[str, Any]) -> StreamInfo | None:
-    """Return the stream of a map whose every field has the exact type blpickle writes and is
-    within its limits; None for any other map (`_decode_stream` then checks it field by
-    field, to name what is wrong). A few type checks instead of one call a field: headers
-    list one stream per array."""
-    field = doc.get
-    nbytes, chunk_size, itemsize, raw = field("nbytes"), field("chunk_size"), field("itemsize"), field("raw")
-    shape, splice, order = field("shape"), field("splice"), field("order")
-    texts = (field("dtype"), field("codec"), field("name"), field("tensor"))
-    if (
-        type(nbytes) is not int
-        or type(chunk_size) is not int
-        or type(itemsize) is not int
-        or type(raw) is not bool
-        or not 0 <= nbytes <= MAX_STREAM_SIZE
-        or not 1 <= chunk_size <= (MAX_STREAM_SIZE if raw else MAX_CHUNK_SIZE)
-        or not 1 <= itemsize <= 255
-        or (splice is not None and (type(splice) is not int or splice < 0))
-        or order not in (None, "C", "F")
-        or any(type(text) not in _TEXT for text in texts)
-        or (shape is not None and (type(shape) is not tuple or (shape and not _sizes(shape))))
-    ):
-        return None
-    dtype, codec, name, tensor = texts
-    return StreamInfo(nbytes, chunk_size, itemsize, raw, dtype, shape, splice, codec, order, name, tensor)
-
-
-def _sizes(shape: tuple[Any, ...]) -> bool:
-    """True when ``shape`` holds ints (not bools) of 0 to `MAX_STREAM_SIZE` only."""
-    return set(map(type, shape)) == {int} and min(shape) >= 0 and max(shape) <= MAX_STREAM_SIZE
-
-
-_TEXT = (str, type(None))
 
 
 def compact_header(pickle: Any) -> Header:
