@@ -1,8 +1,9 @@
 """Why blpickle's default codec is "auto": each codec choice, and zstd's block size, side by side.
 
 Run ``python -m bench.codec_choice`` (``--quick`` for 8 MB arrays). For each dataset of the
-Bloscpack paper (80 MB by default) it dumps and loads an array with codec "auto", zstd and lz4
-(level 1, shuffle), and with zstd at three block sizes and in larger chunks, in interleaved
+Bloscpack paper (80 MB by default), and with ``--datasets weights`` for float32 weights
+(``0.02 * N(0, 1)``: random mantissas, as in a model's layers), it dumps and loads an array with codec "auto", zstd and lz4
+(level 1, shuffle), uncompressed (the copy every codec adds to), and with zstd at three block sizes and in larger chunks, in interleaved
 rounds (the best of ``--repeat`` runs counts); it prints a table and writes
 ``bench/results/codec_choice.json``.
 Files are written to the page cache (no fsync): this compares codecs, not disks.
@@ -34,17 +35,27 @@ import blpickle.engine.policy
 
 from .datasets import ENTROPIES, make_array
 
+#: The paper's datasets, and float32 weights.
+DATASETS = (*ENTROPIES, "weights")
 RESULTS = Path(__file__).parent / "results" / "codec_choice.json"
 #: (name, blpickle options, zstd block size or None for blpickle's own).
 VARIANTS = [
     ("auto (default)", {}, None),
     ("zstd, 1 MiB blocks", {"codec": "zstd"}, None),
     ("lz4", {"codec": "lz4"}, None),
+    ("raw (codec None)", {"codec": None}, None),
     ("zstd, 256 KiB blocks", {"codec": "zstd"}, 256 << 10),
     ("zstd, 512 KiB blocks", {"codec": "zstd"}, 512 << 10),
     ("zstd, 1 MiB blocks, 16 MiB chunks", {"codec": "zstd", "chunk_size": 16 << 20}, None),
     ("zstd, 512 KiB blocks, 64 MiB chunks", {"codec": "zstd", "chunk_size": 64 << 20}, 512 << 10),
 ]
+
+
+def _dataset(name: str, nbytes: int) -> np.ndarray:
+    """The array of dataset ``name`` (`DATASETS`), of about ``nbytes`` bytes."""
+    if name == "weights":
+        return (0.02 * np.random.default_rng(0).standard_normal(nbytes // 4)).astype(np.float32)
+    return make_array(name, nbytes // 8)
 
 
 def _fault_in(nbytes: int) -> np.ndarray:
@@ -94,7 +105,7 @@ def measure(array: np.ndarray, path: str, repeat: int) -> list[dict]:
     for name, options, blocksize in VARIANTS:  # which codec "auto" chose
         with zstd_blocksize(blocksize):
             blpickle.dump(array, path, **options)
-        codecs[name] = blpickle.inspect(path).buffers[0].codec
+        codecs[name] = blpickle.inspect(path).buffers[0].codec or "none"
     rows = [_row(name, codecs[name], array.nbytes, dump, load, size) for name, (dump, load, size) in best.items()]
     rows.append(_row("blosc2 save_tensor", "zstd-5", array.nbytes, *best_tensor, os.path.getsize(tensor_path)))
     rows.append(_row("fault-in of the result", "-", array.nbytes, None, best_fault_in, None))
@@ -120,7 +131,9 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=80, help="size of each array in MB (default 80)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per variant; the best counts")
     parser.add_argument("--quick", action="store_true", help="8 MB arrays, 2 runs")
-    parser.add_argument("--datasets", nargs="+", choices=ENTROPIES, default=ENTROPIES, help="datasets (default all)")
+    parser.add_argument(
+        "--datasets", nargs="+", choices=DATASETS, default=ENTROPIES, help="datasets (default the paper's three)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON file to write")
     args = parser.parse_args()
     mb, repeat = (8, 2) if args.quick else (args.mb, args.repeat)
@@ -129,7 +142,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "array.blp")
         for entropy in args.datasets:
-            array = make_array(entropy, int(mb * 1e6) // 8)
+            array = _dataset(entropy, int(mb * 1e6))
             for row in measure(array, path, repeat):
                 results["rows"].append({"dataset": entropy, **row})
                 print(
