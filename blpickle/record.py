@@ -18,8 +18,9 @@ import numpy as np
 
 from . import format as fmt
 from .engine.chunks import unpack_chunk
+from .engine.jobs import allocate_stream
 from .engine.pool import map_ordered
-from .engine.reader import RecordReader, allocate_stream
+from .engine.reader import RecordReader
 from .errors import BadMagicError, ChecksumError, CorruptError, LimitError, LoadError, TruncatedError
 from .format.dtypes import parse_dtype
 from .format.trailer import RecordIndex, check_footer, check_trailer_size, chunk_name, parse_index

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import blpickle
-from blpickle.engine import reader as reader_module
+from blpickle.engine import jobs
 from blpickle.engine.reader import AHEAD_SIZE, RecordReader
 from blpickle.errors import ChecksumError, CorruptError, TruncatedError
 from blpickle.io.sources import MemorySource
@@ -35,9 +35,9 @@ def _same(expected: dict[str, object], actual: dict[str, object]) -> bool:
     )
 
 
-def _frames(record: bytes) -> tuple[list[int], list[int], list[int]]:
-    """Where each frame of ``record`` is stored, its stored size, and the number of each
-    stream's first frame."""
+def _chunks(record: bytes) -> tuple[list[int], list[int], list[int]]:
+    """Where each chunk of ``record`` is stored, its stored size, and the number of each
+    stream's first chunk."""
     reader = RecordReader(MemorySource(record), 1)
     for _ in reader.header.streams:
         reader.skip_stream()
@@ -61,10 +61,10 @@ def test_many_arrays_load_from_memory_plain_files_and_streams(nthreads, tmp_path
 
 
 def _damaged_chunk(record: bytes, buffer: int) -> bytes:
-    offsets, csizes, firsts = _frames(record)
-    frame = firsts[buffer + 1]
+    offsets, csizes, firsts = _chunks(record)
+    chunk = firsts[buffer + 1]
     damaged = bytearray(record)
-    damaged[offsets[frame] + 8 + csizes[frame] - 1] ^= 0x40  # its last byte: only the checksum tells
+    damaged[offsets[chunk] + 8 + csizes[chunk] - 1] ^= 0x40  # its last byte: only the checksum tells
     return bytes(damaged)
 
 
@@ -85,12 +85,12 @@ def _counting(monkeypatch) -> dict[str, int]:
 
         return run
 
-    monkeypatch.setattr(reader_module, "_unpack", counted(reader_module._unpack))
-    monkeypatch.setattr(reader_module, "_fill_raw", counted(reader_module._fill_raw))
+    monkeypatch.setattr(jobs, "unpack", counted(jobs.unpack))
+    monkeypatch.setattr(jobs, "fill_raw", counted(jobs.fill_raw))
     return counts
 
 
-@pytest.mark.parametrize("buffer", [3, 15])  # a raw array's frame, a compressed array's chunk
+@pytest.mark.parametrize("buffer", [3, 15])  # a raw array's chunk, a compressed array's chunk
 def test_a_damaged_chunk_among_arrays_in_flight_names_its_buffer_and_leaves_nothing_running(
     buffer, monkeypatch, tmp_path
 ):
@@ -108,7 +108,7 @@ def test_a_damaged_chunk_among_arrays_in_flight_names_its_buffer_and_leaves_noth
 def test_a_record_cut_short_raises_where_reading_in_order_would(monkeypatch):
     arrays = {f"a{i}": np.random.default_rng(i).random(25_000) for i in range(20)}
     record = blpickle.dumps(arrays)
-    offsets, _, firsts = _frames(record)
+    offsets, _, firsts = _chunks(record)
     counts = _counting(monkeypatch)
     with pytest.raises(TruncatedError, match="buffer 9"):
         blpickle.loads(record[: offsets[firsts[10]] + 1000])  # read ahead of the unpickler

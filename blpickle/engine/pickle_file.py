@@ -10,7 +10,8 @@ from typing import Any
 
 from ..errors import CorruptError, LoadError
 from ..format.layout import ARGUMENT, END, OPCODE, SPLICE, Layout, one_frame, splices_of
-from .reader import RecordReader, byte_view
+from .jobs import byte_view
+from .reader import RecordReader
 
 __all__ = ["PickleFile", "open_pickle"]
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import hmac
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, wait
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -26,9 +25,11 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..format.trailer import check_footer, check_trailer_size, chunk_name, parse_index
-from ..io.sources import LATER_READ_SIZE, READ_SIZE, MemorySource, PendingRead, RecordingSource, Source
+from ..io.sources import LATER_READ_SIZE, READ_SIZE, MemorySource, RecordingSource, Source
+from . import jobs
 from .chunk_hash import ChunkHash
 from .chunks import unpack_chunk
+from .jobs import allocate_stream, byte_view
 from .pool import map_ordered, shared_pool
 
 __all__ = ["AHEAD_SIZE", "RecordReader", "allocate_stream", "byte_view"]
@@ -82,7 +83,7 @@ class RecordReader:
         self._digests: list[bytes] = []
         self._authenticated: deque[bytes] | None = None  # digests a second reading must match
         self._next_stream = 0  # the next stream the caller reads (those read ahead are past it)
-        self._ahead: deque[_Ahead] = deque()  # streams read ahead, in order (see `buffers`)
+        self._ahead: deque[jobs.Ahead] = deque()  # streams read ahead, in order (see `buffers`)
         self._ahead_bytes = 0
         self.index = fmt.ChunkIndex()
         self._compact_pickle: bytes | None = None
@@ -201,9 +202,9 @@ class RecordReader:
         self._next()
         _, chunks = self._read_graph(info, allocate)
         if self._nthreads == 1 or len(chunks) == 1:
-            return _decompressed(chunks)
+            return jobs.decompressed(chunks)
         pool = shared_pool(self._nthreads)
-        return _decompressed(chunks, [None, *(pool.submit(unpack_chunk, *chunk) for chunk in chunks[1:])])
+        return jobs.decompressed(chunks, [None, *(pool.submit(unpack_chunk, *chunk) for chunk in chunks[1:])])
 
     def read_pieces(self) -> Iterator[memoryview]:
         """Read the pickle stream (call it first) a piece at a time, without holding it:
@@ -284,46 +285,41 @@ class RecordReader:
         """Stop the work on the streams read ahead: chunks not started are dropped, those
         being checked or decompressed finish before it returns."""
         for ahead in self._ahead:
-            _stop(ahead.jobs)
+            jobs.stop(ahead.jobs)
         self._ahead.clear()
         self._ahead_bytes = 0
 
     def _read_ahead(self) -> None:
-        """Read the chunks of the streams after those read so far, allocate each stream's array
-        and hand its chunks to the pool (all but the consumer's next stream's single chunk,
-        checked and decompressed by `_take` itself: no hand-off where there is nothing to run
-        beside it), while the streams ahead of the consumer declare at most `AHEAD_SIZE` bytes
-        together. A stream larger than that is left to `read_stream`, which keeps a few of its
-        chunks in flight; a splice is read where the pickle reaches it.
-
-        An error while reading a stream (truncated, damaged, too large to allocate) stops
-        the reading ahead and is raised by `_take` when the consumer reaches that stream, as
-        reading in order would raise it.
-        """
+        """Read the chunks of the streams after those read so far, while together they declare
+        at most `AHEAD_SIZE` bytes and up to a splice: allocate each stream's array and hand
+        its chunks to the pool (but the consumer's next stream's single chunk, which `_take`
+        runs: no hand-off with nothing to run beside it). An error in a stream stops the
+        reading ahead; `_take` raises it when the consumer reaches that stream."""
         streams, ahead = self.header.streams, self._ahead
         while (number := self._next_stream + len(ahead)) < len(streams) and not (ahead and ahead[-1].error is not None):
             info = streams[number]
             if info.splice is not None or self._ahead_bytes + info.nbytes > AHEAD_SIZE:
                 return
-            jobs: list[_Job] = []
+            pending: list[jobs.Job] = []
             out: Any = None
             error = None
             try:
                 if info.raw:
-                    out = self._raw_ahead(info, number, jobs)
+                    out = self._raw_ahead(info, number, pending)
                 else:
                     out = allocate_stream(info.nbytes, number)
-                    jobs += (_Job(_unpack, ((*chunk, False),)) for chunk in self._read_chunks(info, number, out))
+                    pending += (
+                        jobs.Job(jobs.unpack, ((*chunk, False),)) for chunk in self._read_chunks(info, number, out)
+                    )
             except LoadError as exc:
                 error = exc
-            if ahead or len(jobs) > 1:
-                pool = shared_pool(self._nthreads)
-                jobs = [job._replace(future=pool.submit(job.function, *job.arguments)) for job in jobs]
-            ahead.append(_Ahead(out, jobs, error, info.nbytes))
+            if ahead or len(pending) > 1:
+                pending = jobs.submit(pending, shared_pool(self._nthreads))
+            ahead.append(jobs.Ahead(out, pending, error, info.nbytes))
             self._ahead_bytes += info.nbytes
 
-    def _raw_ahead(self, info: fmt.StreamInfo, number: int, jobs: list[_Job]) -> np.ndarray:
-        """Read a raw stream's chunk for `_read_ahead`: return its array, and add to ``jobs``
+    def _raw_ahead(self, info: fmt.StreamInfo, number: int, pending: list[jobs.Job]) -> np.ndarray:
+        """Read a raw stream's chunk for `_read_ahead`: return its array, and add to ``pending``
         the copy of its payload into the array (a positional read from a plain file, a copy
         from memory) and its checksum; from any other file, and for the consumer's next
         stream (its jobs run in the calling thread), its payload is read here."""
@@ -340,7 +336,7 @@ class RecordReader:
         stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
         seed = fmt.chunk_seed(self._header_checksum, len(self.index))
         self.index.add(offset, info.nbytes, stored)
-        jobs.append(_Job(_fill_raw, (payload, out, stored, seed, what, offset)))
+        pending.append(jobs.Job(jobs.fill_raw, (payload, out, stored, seed, what, offset)))
         return out
 
     def _take(self) -> Any:
@@ -356,16 +352,9 @@ class RecordReader:
         self._ahead_bytes -= ahead.nbytes
         self._next_stream += 1
         if ahead.error is not None:
-            _stop(ahead.jobs)
+            jobs.stop(ahead.jobs)
             raise ahead.error
-        try:
-            for job in ahead.jobs:
-                if job.future is None or job.future.cancel():  # not started: run it here rather than wait
-                    job.function(*job.arguments)
-                else:
-                    job.future.result()
-        finally:
-            _stop(ahead.jobs)
+        jobs.complete(ahead.jobs)
         return ahead.out
 
     def finish(self) -> fmt.ChunkIndex:
@@ -451,8 +440,8 @@ class RecordReader:
     def _run(self, info: fmt.StreamInfo, chunks: Iterable[tuple]) -> None:
         """Check (and decompress) the chunks of a compressed stream in the pool."""
         sign = self._key is not None
-        jobs = ((*chunk, sign) for chunk in chunks)
-        for digest in map_ordered(_unpack, jobs, info.nchunks, self._nthreads):
+        work = ((*chunk, sign) for chunk in chunks)
+        for digest in map_ordered(jobs.unpack, work, info.nchunks, self._nthreads):
             if digest is not None:
                 self._digests.append(digest)
 
@@ -516,7 +505,7 @@ class RecordReader:
             stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
             seed = fmt.chunk_seed(self._header_checksum, len(self.index))
             self.index.add(offset, info.nbytes, stored)
-            _fill_raw(None, out, stored, seed, what, offset)
+            jobs.fill_raw(None, out, stored, seed, what, offset)
             return out
         for _ in self._raw_pieces(what, offset, info.nbytes, out, number):
             pass
@@ -600,104 +589,9 @@ class RecordReader:
             )
 
 
-class _Job(NamedTuple):
-    """A check and decompression (or copy) of one chunk read ahead: run by the pool (its
-    ``future``) or, if the pool has not started it, by the thread that needs it."""
-
-    function: Callable[..., object]
-    arguments: tuple
-    future: Future[object] | None = None
-
-
-class _Ahead(NamedTuple):
-    """A stream read ahead (`RecordReader._read_ahead`): its array, the jobs that fill it,
-    the error that stopped the reading in it, and its size."""
-
-    out: Any
-    jobs: list[_Job]
-    error: LoadError | None
-    nbytes: int
-
-
-def _stop(jobs: list[_Job]) -> None:
-    """Drop the jobs the pool has not started; wait for those it runs (they write into memory
-    their caller may free)."""
-    futures = [job.future for job in jobs if job.future is not None]
-    if futures:
-        for future in futures:
-            future.cancel()
-        wait(futures)
-
-
-def _fill_raw(payload: Any, out: Any, stored: int, seed: int, what: str, offset: int) -> None:
-    """Copy a raw chunk's ``payload`` into ``out`` (a uint8 array; a `PendingRead` reads it
-    there; None: it is there already), then check the chunk's checksum.
-
-    Raises:
-        TruncatedError, ChecksumError.
-    """
-    if isinstance(payload, PendingRead):
-        payload.readinto(out.data)
-    elif payload is not None:
-        np.copyto(out, np.frombuffer(payload, dtype=np.uint8))  # releases the GIL, as the checksum does
-    computed = fmt.checksum(out, seed)
-    if computed != stored:
-        raise ChecksumError(what, offset, stored, computed)
-
-
-def _decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
-    """Yield where each chunk (a `unpack_chunk` argument tuple) is decompressed to, in
-    order: once its future is done, or after decompressing it here when it has none. Closed
-    early (the unpickler failed), it cancels the chunks not started yet.
-
-    Raises:
-        LoadError subclasses: the error of a damaged chunk, when the iteration reaches it.
-    """
-    try:
-        for number, chunk in enumerate(chunks):
-            future = None if futures is None else futures[number]
-            if future is None:
-                unpack_chunk(*chunk)
-            else:
-                future.result()
-            yield chunk[4]
-    finally:
-        for future in futures or ():
-            if future is not None:
-                future.cancel()
-
-
 def _ratio_error(nbytes: int, stored: int) -> LimitError:
     """Return the error for a pickle stream declaring over ``MAX_GRAPH_RATIO`` times its stored size."""
     return LimitError(
         f"the pickle stream declares {nbytes} bytes stored in {stored}: "
         f"over {fmt.MAX_GRAPH_RATIO} times its stored size"
     )
-
-
-def byte_view(buffer: np.ndarray | memoryview) -> memoryview:
-    """Return a buffer (an array or a memoryview) as a memoryview of its bytes."""
-    return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")
-
-
-def allocate_stream(nbytes: int, number: int, allocate: Callable[[int], Any] | None = None) -> Any:
-    """Return a writable buffer for stream ``number``: ``allocate(nbytes)``, by default an
-    uninitialised array (no zero-fill).
-
-    Raises:
-        LimitError: when it cannot be allocated.
-    """
-    try:
-        return np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
-    except (MemoryError, ValueError):
-        raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
-
-
-def _unpack(job: tuple) -> bytes | None:
-    """Run `unpack_chunk` on a chunk (reading its payload first if it is a `PendingRead`);
-    return its BLAKE2b digest if the record is signed."""
-    packed, *chunk, sign = job
-    if isinstance(packed, PendingRead):
-        packed = packed.read()
-    unpack_chunk(packed, *chunk)
-    return fmt.chunk_digest(packed) if sign else None

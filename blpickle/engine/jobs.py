@@ -1,0 +1,146 @@
+"""Work on the chunks of a stream: the buffer they fill, and the check and decompression (or
+copy) of each, run in the shared pool or, when the pool has not started it, by the thread that
+needs it (`blpickle.engine.reader`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, wait
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import format as fmt
+from ..errors import ChecksumError, LimitError, LoadError
+from ..io.sources import PendingRead
+from .chunks import unpack_chunk
+
+__all__ = [
+    "Ahead",
+    "Job",
+    "allocate_stream",
+    "byte_view",
+    "complete",
+    "decompressed",
+    "fill_raw",
+    "stop",
+    "submit",
+    "unpack",
+]
+
+
+class Job(NamedTuple):
+    """A check and decompression (or copy) of one chunk read ahead: run by the pool (its
+    ``future``) or, if the pool has not started it, by the thread that needs it."""
+
+    function: Callable[..., object]
+    arguments: tuple
+    future: Future[object] | None = None
+
+
+class Ahead(NamedTuple):
+    """A stream read ahead (`RecordReader._read_ahead`): its array, the jobs that fill it,
+    the error that stopped the reading in it, and its size."""
+
+    out: Any
+    jobs: list[Job]
+    error: LoadError | None
+    nbytes: int
+
+
+def submit(pending: list[Job], pool: Executor) -> list[Job]:
+    """Return ``pending`` with each job handed to ``pool``."""
+    return [job._replace(future=pool.submit(job.function, *job.arguments)) for job in pending]
+
+
+def complete(pending: list[Job]) -> None:
+    """Run the jobs of ``pending`` that the pool has not started here, and wait for the others
+    (all of them stopped when one fails).
+
+    Raises:
+        the first error of the jobs, in order.
+    """
+    try:
+        for job in pending:
+            if job.future is None or job.future.cancel():  # not started: run it here rather than wait
+                job.function(*job.arguments)
+            else:
+                job.future.result()
+    finally:
+        stop(pending)
+
+
+def stop(jobs: list[Job]) -> None:
+    """Drop the jobs the pool has not started; wait for those it runs (they write into memory
+    their caller may free)."""
+    futures = [job.future for job in jobs if job.future is not None]
+    if futures:
+        for future in futures:
+            future.cancel()
+        wait(futures)
+
+
+def fill_raw(payload: Any, out: Any, stored: int, seed: int, what: str, offset: int) -> None:
+    """Copy a raw chunk's ``payload`` into ``out`` (a uint8 array; a `PendingRead` reads it
+    there; None: it is there already), then check the chunk's checksum.
+
+    Raises:
+        TruncatedError, ChecksumError.
+    """
+    if isinstance(payload, PendingRead):
+        payload.readinto(out.data)
+    elif payload is not None:
+        np.copyto(out, np.frombuffer(payload, dtype=np.uint8))  # releases the GIL, as the checksum does
+    computed = fmt.checksum(out, seed)
+    if computed != stored:
+        raise ChecksumError(what, offset, stored, computed)
+
+
+def decompressed(chunks: list[tuple], futures: list[Future[None] | None] | None = None) -> Iterator[memoryview]:
+    """Yield where each chunk (a `unpack_chunk` argument tuple) is decompressed to, in
+    order: once its future is done, or after decompressing it here when it has none. Closed
+    early (the unpickler failed), it cancels the chunks not started yet.
+
+    Raises:
+        LoadError subclasses: the error of a damaged chunk, when the iteration reaches it.
+    """
+    try:
+        for number, chunk in enumerate(chunks):
+            future = None if futures is None else futures[number]
+            if future is None:
+                unpack_chunk(*chunk)
+            else:
+                future.result()
+            yield chunk[4]
+    finally:
+        for future in futures or ():
+            if future is not None:
+                future.cancel()
+
+
+def byte_view(buffer: np.ndarray | memoryview) -> memoryview:
+    """Return a buffer (an array or a memoryview) as a memoryview of its bytes."""
+    return buffer.data.cast("B") if isinstance(buffer, np.ndarray) else buffer.cast("B")
+
+
+def allocate_stream(nbytes: int, number: int, allocate: Callable[[int], Any] | None = None) -> Any:
+    """Return a writable buffer for stream ``number``: ``allocate(nbytes)``, by default an
+    uninitialised array (no zero-fill).
+
+    Raises:
+        LimitError: when it cannot be allocated.
+    """
+    try:
+        return np.empty(nbytes, dtype=np.uint8) if allocate is None else allocate(nbytes)
+    except (MemoryError, ValueError):
+        raise LimitError(f"stream {number} declares {nbytes} bytes, more than can be allocated") from None
+
+
+def unpack(job: tuple) -> bytes | None:
+    """Run `unpack_chunk` on a chunk (reading its payload first if it is a `PendingRead`);
+    return its BLAKE2b digest if the record is signed."""
+    packed, *chunk, sign = job
+    if isinstance(packed, PendingRead):
+        packed = packed.read()
+    unpack_chunk(packed, *chunk)
+    return fmt.chunk_digest(packed) if sign else None
