@@ -179,3 +179,8 @@ def test_the_checks_see_the_imports_they_judge():
     assert "blpickle.format.trailer" in _imports(MODULES["blpickle.record"], module_level=True)
     assert _cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
     assert len(MODULES) > 40
+
+
+def test_no_module_is_over_600_lines():
+    lengths = {path.relative_to(PACKAGE): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    assert {str(path): n for path, n in lengths.items() if n > 600} == {}
