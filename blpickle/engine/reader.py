@@ -379,10 +379,6 @@ class RecordReader:
         offset = source.pos
         trailer = bytes(source.read(size, "the trailer"))
         check_footer(trailer, source.read(fmt.FOOTER.size, "the footer"), self._header_checksum, offset)
-        if self._key is None and trailer == self.index.encode():
-            # the trailer blpickle writes for the chunks just read: they were read in order,
-            # each checked against the rules `parse_index` holds a trailer to, so it passes them
-            return self.index
         index = parse_index(self.header, trailer, self._data_start, end, authenticated=self._key is not None).chunks
         if (index.offsets, index.csizes, index.checksums) != (
             self.index.offsets,
