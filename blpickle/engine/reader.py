@@ -333,9 +333,7 @@ class RecordReader:
             payload = source.read(info.nbytes, what)
         elif payload is None:
             source.readinto(out.data, what)
-        stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
-        seed = fmt.chunk_seed(self._header_checksum, len(self.index))
-        self.index.add(offset, info.nbytes, stored)
+        stored, seed = self._read_checksum(what, offset, info.nbytes)
         pending.append(jobs.Job(jobs.fill_raw, (payload, out, stored, seed, what, offset)))
         return out
 
@@ -475,9 +473,7 @@ class RecordReader:
             packed = (later and source.read_later(csize, what)) or source.read(csize, what)
             if self._authenticated is not None:
                 self._check_authenticated(fmt.chunk_digest(packed), what, offset)
-            stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
-            seed = fmt.chunk_seed(self._header_checksum, len(self.index))
-            self.index.add(offset, csize, stored)
+            stored, seed = self._read_checksum(what, offset, csize)
             dst = None if out is None else byte_view(out)[start:stop]
             yield packed, stored, seed, stop - start, dst, what, offset
 
@@ -493,19 +489,25 @@ class RecordReader:
         what, offset = self._raw_prologue(info, number)
         mapped = source.map(info.nbytes, what) if mappable else None
         if mapped is not None:
-            self.index.add(offset, info.nbytes, fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0])
+            self._read_checksum(what, offset, info.nbytes)
             return mapped
         out = into if into is not None else allocate_stream(info.nbytes, number) if keep else None
         if out is not None and info.nbytes <= LATER_READ_SIZE and self._key is None and self._authenticated is None:
             source.readinto(byte_view(out), what)  # small: read and hashed at once, nothing to overlap
-            stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
-            seed = fmt.chunk_seed(self._header_checksum, len(self.index))
-            self.index.add(offset, info.nbytes, stored)
+            stored, seed = self._read_checksum(what, offset, info.nbytes)
             jobs.fill_raw(None, out, stored, seed, what, offset)
             return out
         for _ in self._raw_pieces(what, offset, info.nbytes, out, number):
             pass
         return out
+
+    def _read_checksum(self, what: str, offset: int, nbytes: int) -> tuple[int, int]:
+        """Read a chunk's checksum field and add the chunk (stored at ``offset``, ``nbytes``
+        long) to the index; return the stored checksum and the seed its data is hashed with."""
+        stored = fmt.U64.unpack(self._source.read(fmt.U64.size, f"the checksum of {what}"))[0]
+        seed = fmt.chunk_seed(self._header_checksum, len(self.index))
+        self.index.add(offset, nbytes, stored)
+        return stored, seed
 
     def _raw_prologue(self, info: fmt.StreamInfo, number: int) -> tuple[str, int]:
         """Read the padding and size field of a raw stream's chunk; return its name and offset.
@@ -559,8 +561,7 @@ class RecordReader:
                 yield piece
         finally:  # ``out`` may be the unpickler's buffer, freed once a read fails
             chunk_hash.settle()
-        stored = fmt.U64.unpack(source.read(fmt.U64.size, f"the checksum of {what}"))[0]
-        self.index.add(offset, size, stored)
+        stored, _ = self._read_checksum(what, offset, size)
         digest = chunk_hash.digest()
         if digest is not None and self._key is None:
             self._check_authenticated(digest, what, offset)
