@@ -24,9 +24,10 @@ RAW_BLOCK = 4 << 20
 class LazyArray:
     """A read-only array-like over one array of an open `blpickle.Record`.
 
-    Indexing returns numpy arrays (for an array dumped as a torch tensor or a jax array, that
-    type, as `Record.array` returns it: see ``tensor``). An integer, a slice (any step) or a tuple starting with
-    one reads only the rows of the leading axis it spans, in a C-order array; any other
+    Indexing returns numpy arrays (for an array dumped as a torch tensor, a jax array or a
+    cupy array, that type, as `Record.array` returns it: see ``tensor``). An integer, a
+    slice (any step) or a tuple starting with one reads only the rows of the leading axis it
+    spans, in a C-order array; any other
     index (a list, a mask, an array of indices), and any index of a Fortran-order array,
     reads the whole array first. Iterating yields the rows of the leading axis, as iterating
     the numpy array does, reading the rows of one chunk at a time (a Fortran-order array is
@@ -38,8 +39,8 @@ class LazyArray:
         shape: the array's shape.
         dtype: the array's numpy dtype (a tensor's as stored: a torch bfloat16 tensor's is
             uint16).
-        tensor: ``"torch.<dtype>"`` or ``"jax.<dtype>"`` for an array dumped as a tensor (what
-            indexing returns), else None.
+        tensor: ``"torch.<dtype>"``, ``"jax.<dtype>"`` or ``"cupy.<dtype>"`` for an array
+            dumped as a tensor (what indexing returns), else None.
         ndim: the array's number of dimensions.
         size: the array's number of elements.
         nbytes: the array's size in bytes.

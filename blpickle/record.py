@@ -65,7 +65,8 @@ class ArrayInfo:
         chunk_size: decompressed bytes per chunk.
         codec: the Blosc2 codec of its chunks (None for a raw buffer).
         tensor: the type `Record.array` gives it back as when not a numpy array:
-            ``"torch.<dtype>"`` (a torch tensor) or ``"jax.<dtype>"`` (a jax array); None
+            ``"torch.<dtype>"`` (a torch tensor), ``"jax.<dtype>"`` (a jax array) or
+            ``"cupy.<dtype>"`` (a numpy array, or a cupy one under `map_location`); None
             for a numpy array.
     """
 
@@ -207,7 +208,7 @@ class Record:
     def array(self, position: int) -> Any:
         """Read buffer ``position`` whole (its chunks decompressed in parallel) and return it
         as the array its `ArrayInfo` describes, writable (a uint8 array for a buffer that is
-        not a described array): a numpy array, or the torch tensor or jax array it was
+        not a described array): a numpy array, or the torch tensor, jax array or cupy array it was
         dumped as (`blpickle.tensors.stored_array`). Only its chunks are read; nothing is
         unpickled.
 

@@ -9,10 +9,11 @@ then takes that array out of band as any other, so the shuffle filter sees whole
 A storage that the tensor met first covers whole, contiguous, is stored with that tensor's
 shape and named by that tensor's path (`blpickle.names`): ``blpickle.open`` gives it back as
 a tensor. A jax array is reduced to `blpickle.tensors.rebuild_jax_array` of the numpy array of
-its host data.
+its host data, a cupy array to `blpickle.tensors.rebuild_cupy_array` of a numpy copy of it
+(its GPU memory copied to the host).
 
 Tensors are recognised by their exact type once their library is imported (`TensorReducer.
-reducers`, asked once per pickle stream): blpickle imports neither torch nor jax. Tensors that
+reducers`, asked once per pickle stream): blpickle imports none of torch, jax and cupy. Tensors that
 carry more than a dense storage (sparse, quantized, nested, conjugate or negative views, other
 devices than the CPU and CUDA, subclasses, Python attributes, dtypes outside
 `blpickle.tensors.TORCH_DTYPES`) keep torch's own reduction.
@@ -26,7 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from .tensors import TORCH_DTYPES, rebuild_jax_array, rebuild_parameter, rebuild_storage, rebuild_tensor
+from .tensors import (
+    CUPY_KINDS,
+    TORCH_DTYPES,
+    rebuild_cupy_array,
+    rebuild_jax_array,
+    rebuild_parameter,
+    rebuild_storage,
+    rebuild_tensor,
+)
 
 __all__ = ["TensorReducer"]
 
@@ -45,20 +54,20 @@ class _Storage:
 
 
 class TensorReducer:
-    """The torch storages and jax arrays met in one pickle stream, kept alive until `clear`
-    so that no id is reused meanwhile.
+    """The torch storages and jax and cupy arrays met in one pickle stream, kept alive until
+    `clear` so that no id is reused meanwhile.
 
     Attributes:
         stand_ins: id of each numpy array this reducer made for the pickler to take out of
             band -> the object whose path names it (None for none) and its ``tensor`` label
-            (``"torch.bfloat16"``, ``"jax.float32"``), recorded in the header.
+            (``"torch.bfloat16"``, ``"jax.float32"``, ``"cupy.float32"``), recorded in the header.
     """
 
     def __init__(self) -> None:
         self.stand_ins: dict[int, tuple[Any, str]] = {}
         self._storages: dict[int, _Storage] = {}
         self._kept: list[Any] = []
-        self._libraries: tuple[Any, Any] = (None, None)
+        self._libraries: tuple[Any, Any, Any] = (None, None, None)
         self._reducers: dict[type, Reduce] = {}
         self._dtype_names: dict[Any, str] = {}
 
@@ -75,10 +84,11 @@ class TensorReducer:
         """Return ``{type: reduce}`` for the tensor types of the libraries imported so far
         (empty when none is): what the pickler's ``reducer_override`` looks types up in."""
         torch, jax = sys.modules.get("torch"), getattr(sys.modules.get("jax._src.array"), "ArrayImpl", None)
+        cupy = getattr(sys.modules.get("cupy"), "ndarray", None)
         if not hasattr(torch, "nn"):  # not imported, or still importing
             torch = None
-        if (torch, jax) != self._libraries:
-            self._libraries = (torch, jax)
+        if (torch, jax, cupy) != self._libraries:
+            self._libraries = (torch, jax, cupy)
             reducers: dict[type, Reduce] = {}
             if torch is not None:
                 reducers.update({torch.Tensor: self._reduce_tensor, torch.nn.Parameter: self._reduce_parameter})
@@ -87,6 +97,8 @@ class TensorReducer:
                 self._dtype_names = {getattr(torch, name): name for name in names}
             if jax is not None:
                 reducers[jax] = self._reduce_jax
+            if cupy is not None:
+                reducers[cupy] = self._reduce_cupy
             self._reducers = reducers
         return self._reducers
 
@@ -156,3 +168,11 @@ class TensorReducer:
         self.stand_ins[id(data)] = (array, f"jax.{data.dtype}")
         self._kept.extend((array, data))
         return rebuild_jax_array, (data,)
+
+    def _reduce_cupy(self, array: Any) -> Any:
+        if array.dtype.kind not in CUPY_KINDS:
+            return NotImplemented
+        data = array.get()  # copied from the GPU
+        self.stand_ins[id(data)] = (array, f"cupy.{data.dtype}")
+        self._kept.extend((array, data))
+        return rebuild_cupy_array, (data,)

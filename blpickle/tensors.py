@@ -1,16 +1,17 @@
-"""How torch tensors and jax arrays are rebuilt from a record.
+"""How torch tensors, jax arrays and cupy arrays are rebuilt from a record.
 
 A record stores the storage of torch tensors once, as a numpy array typed by the element size
 of the tensor's dtype (so that the shuffle filter sees whole elements), and rebuilds every
 tensor over it: tensors that shared a storage when dumped share one again, views stay views.
-A jax array is stored as the numpy array of its host data. The pickle stream calls the
+A jax array is stored as the numpy array of its host data, and so is a cupy array (copied
+from its GPU). The pickle stream calls the
 functions below; their import paths (``blpickle.tensors.rebuild_storage``, ...) are part of
 the file format and never change. A hostile file may call them with anything: each checks
 every argument and raises `blpickle.CorruptError` for what it refuses, and none calls
 ``torch.load``.
 
-Nothing here imports torch or jax before a function needs it: importing blpickle imports
-neither (`blpickle.tensor_reducers` recognises their objects by type).
+Nothing here imports torch, jax or cupy before a function needs it: importing blpickle imports
+none of them (`blpickle.tensor_reducers` recognises their objects by type).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import re
 from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -31,9 +33,11 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "CUPY_KINDS",
     "TORCH_DTYPES",
     "map_location",
     "ml_dtype",
+    "rebuild_cupy_array",
     "rebuild_jax_array",
     "rebuild_parameter",
     "rebuild_storage",
@@ -67,12 +71,16 @@ TORCH_DTYPES: dict[str, str] = {
     "uint8": "uint8",
     "bool": "bool",
 }
+#: The kinds of numpy dtype (booleans, integers, floats, complex numbers) of the cupy arrays
+#: blpickle stores as numpy arrays.
+CUPY_KINDS = "biufc"
 #: The numpy dtypes a storage may arrive as: those of `TORCH_DTYPES`.
 _STORAGE_DTYPES = frozenset(np.dtype(name) for name in TORCH_DTYPES.values())
 #: The most dimensions a rebuilt tensor may have (torch's own limit is larger; no real tensor nears it).
 _MAX_NDIM = 64
 
-#: The device `map_location` asks torch tensors to be rebuilt on (None: the CPU).
+#: The device `map_location` asks tensors to be rebuilt on (None: the CPU): a ``torch.device``
+#: where torch is installed, else the string of a CPU or CUDA device.
 _DEVICE: contextvars.ContextVar[Any] = contextvars.ContextVar("blpickle_tensor_device", default=None)
 
 
@@ -84,7 +92,9 @@ def _torch() -> ModuleType:
 def map_location(device: str | torch.device) -> Iterator[None]:
     """Within the block, torch tensors that `blpickle.load` or `blpickle.open` rebuild are
     put on ``device`` (``"cuda"``, ``"cuda:1"``, a ``torch.device``), storages shared as
-    before; outside, they are rebuilt on the CPU, whatever device they were dumped from.
+    before, and cupy arrays are rebuilt as cupy arrays on a CUDA ``device``; outside, torch
+    tensors are rebuilt on the CPU and cupy arrays as numpy arrays, whatever device they were
+    dumped from.
 
     Example:
         ```python
@@ -94,8 +104,15 @@ def map_location(device: str | torch.device) -> Iterator[None]:
 
     Raises:
         RuntimeError: for a string torch does not read as a device.
+        ValueError: without torch, for anything but ``"cpu"``, ``"cuda"`` or ``"cuda:<n>"``.
     """
-    token = _DEVICE.set(_torch().device(device))
+    try:
+        checked = _torch().device(device)
+    except ImportError:
+        if not (isinstance(device, str) and re.fullmatch(r"cpu|cuda(:[0-9]+)?", device)):
+            raise ValueError(f"a device is 'cpu', 'cuda' or 'cuda:<n>', not {device!r:.80}") from None
+        checked = device
+    token = _DEVICE.set(checked)
     try:
         yield
     finally:
@@ -193,6 +210,27 @@ def rebuild_jax_array(data: Any) -> Any:
     return importlib.import_module("jax.numpy").asarray(data)
 
 
+def rebuild_cupy_array(data: Any) -> Any:
+    """Return the numpy array ``data``, dumped from a cupy array: as is, on the host, unless
+    `map_location` names a CUDA device; then a cupy array on that device (a copy of it).
+
+    Raises:
+        CorruptError: when ``data`` is not a numpy array of numbers or booleans.
+        ValueError: when `map_location` names a device that is neither the CPU nor a CUDA one.
+    """
+    if not (type(data) is np.ndarray and data.dtype.kind in CUPY_KINDS):
+        raise CorruptError(f"a cupy array is rebuilt from a numpy array of numbers, not {_describe(data)}")
+    device = _DEVICE.get()
+    kind, _, index = str(device).partition(":")
+    if device is None or kind == "cpu":
+        return data
+    if kind != "cuda":
+        raise ValueError(f"cupy arrays are rebuilt on the CPU or on a CUDA device, not on {device}")
+    cupy = importlib.import_module("cupy")
+    with cupy.cuda.Device(int(index) if index else None):
+        return cupy.asarray(data)
+
+
 def _is_numeric(dtype: np.dtype) -> bool:
     """Whether ``dtype`` holds numbers or booleans: numpy's, or an ml_dtypes type."""
     return dtype.kind in "biufc" or (dtype.kind == "V" and dtype.type.__module__ == "ml_dtypes")
@@ -220,17 +258,21 @@ def ml_dtype(name: str) -> np.dtype | None:
 
 def stored_array(tensor: str, data: np.ndarray) -> Any:
     """Return ``data`` (an array read from a record) as the type the record says it was
-    dumped as: ``tensor`` is ``"torch.<dtype>"`` or ``"jax.<dtype>"`` (the ``tensor`` key of
-    its stream). A torch tensor shares ``data``'s memory (on the device of `map_location`).
+    dumped as: ``tensor`` is ``"torch.<dtype>"``, ``"jax.<dtype>"`` or ``"cupy.<dtype>"``
+    (the ``tensor`` key of its stream). A torch tensor shares ``data``'s memory (on the
+    device of `map_location`); a cupy array stays ``data`` unless `map_location` names a
+    CUDA device (`rebuild_cupy_array`).
 
     Raises:
         ImportError: when the library is not installed (the hint says how to read the bytes).
-        blpickle.CorruptError: for a ``tensor`` that names neither library or a dtype that
-            does not match the array's element size.
+        blpickle.CorruptError: for a ``tensor`` that names none of these libraries or a dtype
+            that does not match the array's element size.
     """
     library, _, dtype = tensor.partition(".")
-    if library not in ("torch", "jax"):
-        raise CorruptError(f"the record describes an array of {tensor!r:.80}, which is neither torch's nor jax's")
+    if library not in ("torch", "jax", "cupy"):
+        raise CorruptError(f"the record describes an array of {tensor!r:.80}, which is not torch's, jax's or cupy's")
+    if library == "cupy":
+        return rebuild_cupy_array(data)
     try:
         module = importlib.import_module(library)
     except ImportError as exc:

@@ -10,6 +10,7 @@ import pytest
 from conftest import assert_same_array
 from golden.objects import (
     GOLDEN_FILES,
+    cupy_golden_arrays,
     golden_object,
     small_golden_object,
     tensors_golden_object,
@@ -47,6 +48,9 @@ def test_golden_file_loads_the_golden_object(name):
     if arguments.get("tensors"):
         _assert_tensors(path)
         return
+    if arguments.get("cupy"):
+        _assert_cupy(path)
+        return
     loaded = blpickle.load(path, key=arguments.get("key"))
     if arguments.get("small"):
         _assert_same(small_golden_object(), loaded)
@@ -78,6 +82,19 @@ def _assert_tensors(path: str) -> None:
     assert loaded["rows"].untyped_storage().data_ptr() == weights == loaded["flat"].untyped_storage().data_ptr()
     with blpickle.open(path) as rec:
         assert torch.equal(rec["model.layers.1.weight"], expected["model"]["layers.1.weight"])
+
+
+def _assert_cupy(path: str) -> None:
+    """The cupy golden object, read without cupy: numpy arrays on the host, loaded safely too,
+    and each one read by its name."""
+    expected = cupy_golden_arrays()
+    expected["columns"] = expected["weights"][:, ::3]
+    for loaded in (blpickle.load(path), blpickle.load(path, safe=True)):
+        _assert_same(expected, loaded)
+    with blpickle.open(path) as rec:
+        assert rec.names == ("weights", "ids", "columns")  # the mask is under 64 KiB
+        assert [a.tensor for a in rec.arrays] == ["cupy.float32", "cupy.int64", "cupy.float32"]
+        _assert_same(expected["weights"], rec["weights"])
 
 
 def _assert_views(expected: dict, loaded: dict) -> None:

@@ -39,8 +39,9 @@ class Payload:
         dtype, shape, order: the numpy array it holds, if it is one (recorded in the header;
             order "C" or "F": how its bytes are laid out).
         name: the array's path in the pickled object, if known (recorded in the header).
-        tensor: the type it was dumped as when not a numpy array: ``"torch.<dtype>"`` or
-            ``"jax.<dtype>"`` (recorded in the header; `blpickle.tensor_reducers`).
+        tensor: the type it was dumped as when not a numpy array: ``"torch.<dtype>"``,
+            ``"jax.<dtype>"`` or ``"cupy.<dtype>"`` (recorded in the header;
+            `blpickle.tensor_reducers`).
     """
 
     def __init__(

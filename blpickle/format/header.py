@@ -29,7 +29,8 @@ class StreamInfo(NamedTuple):
         order: "C" or "F": the memory order of the array's bytes (with dtype and shape).
         name: the path to the array in the dumped object (``"model.coef_"``), if found.
         tensor: the type the array was dumped as when not a numpy array (``"torch.bfloat16"``,
-            ``"jax.float32"``: the library and its dtype's name), with dtype and shape.
+            ``"jax.float32"``, ``"cupy.float32"``: the library and its dtype's name), with
+            dtype and shape.
     """
 
     nbytes: int

@@ -17,7 +17,7 @@ from ..errors import BadMagicError, LimitError, UnsupportedVersionError
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
 VERSION_MAJOR = 1
-VERSION_MINOR = 2
+VERSION_MINOR = 3
 #: The first 8 bytes of a stream written by the ``"blosc"`` joblib compressor
 #: (`blpickle.engine.joblib_stream`): here, with the record's, so that every reader (the
 #: command line included) recognises such files without importing joblib.
@@ -171,8 +171,7 @@ def checked_compact_pickle(data: Any) -> Any:
     once its preamble is one blpickle writes (1.1 or later, flags compact only) and its checksum is
     right; None for anything else (a full record, damaged input, plain pickle data), which the
     record reader reads or reports in full."""
-    if type(data) is not bytes:
-        data = memoryview(data).cast("B")
+    data = memoryview(data).cast("B")  # slices of it are not copies
     if len(data) < COMPACT_OVERHEAD:
         return None
     prefix, size = _unpack_compact_start(data)

@@ -11,7 +11,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from objects import GOLDEN_FILES, golden_object, small_golden_object, tensors_golden_object, views_golden_object
+from objects import (
+    GOLDEN_FILES,
+    cupy_golden_object,
+    golden_object,
+    small_golden_object,
+    tensors_golden_object,
+    views_golden_object,
+)
 
 import blpickle
 
@@ -30,6 +37,8 @@ def main() -> None:
             obj = views_golden_object()
         elif options.pop("tensors", False):
             obj = tensors_golden_object()
+        elif options.pop("cupy", False):
+            obj = cupy_golden_object()
         else:
             obj = golden_object(blob=options.pop("blob", False))
         blpickle.dump(obj, path, options.pop("protocol", None), **options)

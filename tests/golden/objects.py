@@ -19,6 +19,7 @@ GOLDEN_FILES = {
     "v1.1-compact.blp": {"small": True},
     "v1.1-full-views.blp": {"views": True, "chunk_size": 65536},
     "v1.2-tensors.blp": {"tensors": True, "chunk_size": 65536},
+    "v1.3-cupy.blp": {"cupy": True, "chunk_size": 65536},
 }
 
 
@@ -92,3 +93,21 @@ def tensors_golden_object() -> dict:
         "flat": weights.reshape(-1),
         "parameter": torch.nn.Parameter(weights[:, :150].to(torch.float16).contiguous()),
     }
+
+
+def cupy_golden_arrays() -> dict:
+    """Return the numpy arrays of the 1.3 cupy file: what its cupy arrays hold."""
+    return {
+        "weights": (np.arange(300 * 300, dtype=np.float32).reshape(300, 300) / 64),
+        "ids": np.arange(40_000, dtype=np.int64) % 7,
+        "mask": np.arange(10) % 3 == 0,
+    }
+
+
+def cupy_golden_object() -> dict:
+    """Return the object of the 1.3 cupy file: `cupy_golden_arrays` as cupy arrays, and a
+    strided view (needs cupy and a CUDA device)."""
+    import cupy
+
+    arrays = {name: cupy.asarray(array) for name, array in cupy_golden_arrays().items()}
+    return {**arrays, "columns": arrays["weights"][:, ::3]}

@@ -171,9 +171,11 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
     # of them (checks that the view lies inside its base)
     "blpickle.arrays.rebuild_ndarray": Reconstructor(_rebuild("blpickle rebuild_ndarray")),
     "blpickle.arrays.rebuild_view": Reconstructor(_rebuild_view),
-    # how blpickle records rebuild torch storages, tensors and parameters and jax arrays
+    # how blpickle records rebuild torch storages, tensors and parameters, jax arrays and
+    # cupy arrays
     "blpickle.tensors.rebuild_storage": Reconstructor(_tensors("rebuild_storage", 1)),
     "blpickle.tensors.rebuild_tensor": Reconstructor(_tensors("rebuild_tensor", 6)),
     "blpickle.tensors.rebuild_parameter": Reconstructor(_tensors("rebuild_parameter", 2)),
     "blpickle.tensors.rebuild_jax_array": Reconstructor(_tensors("rebuild_jax_array", 1)),
+    "blpickle.tensors.rebuild_cupy_array": Reconstructor(_tensors("rebuild_cupy_array", 1)),
 }
