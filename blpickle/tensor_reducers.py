@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .tensors import (
-    CUPY_KINDS,
+    CUPY_DTYPES,
     TORCH_DTYPES,
     rebuild_cupy_array,
     rebuild_jax_array,
@@ -164,15 +164,15 @@ class TensorReducer:
         return rebuild_storage, (data,)
 
     def _reduce_jax(self, array: Any) -> Any:
-        data = np.asarray(array)  # its host data
+        data = np.ascontiguousarray(array)  # its host data
         self.stand_ins[id(data)] = (array, f"jax.{data.dtype}")
         self._kept.extend((array, data))
         return rebuild_jax_array, (data,)
 
     def _reduce_cupy(self, array: Any) -> Any:
-        if array.dtype.kind not in CUPY_KINDS:
+        if array.dtype not in CUPY_DTYPES:
             return NotImplemented
-        data = array.get()  # copied from the GPU
+        data = array.get()  # copied from the GPU, in C order
         self.stand_ins[id(data)] = (array, f"cupy.{data.dtype}")
         self._kept.extend((array, data))
         return rebuild_cupy_array, (data,)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "CUPY_KINDS",
+    "CUPY_DTYPES",
     "TORCH_DTYPES",
     "map_location",
     "ml_dtype",
@@ -71,9 +71,9 @@ TORCH_DTYPES: dict[str, str] = {
     "uint8": "uint8",
     "bool": "bool",
 }
-#: The kinds of numpy dtype (booleans, integers, floats, complex numbers) of the cupy arrays
-#: blpickle stores as numpy arrays.
-CUPY_KINDS = "biufc"
+#: The dtypes of the cupy arrays blpickle stores as numpy arrays: cupy's booleans, integers,
+#: floats and complex numbers, in native byte order.
+CUPY_DTYPES = frozenset(np.dtype(char) for char in "?bhilqBHILQefdFD")
 #: The numpy dtypes a storage may arrive as: those of `TORCH_DTYPES`.
 _STORAGE_DTYPES = frozenset(np.dtype(name) for name in TORCH_DTYPES.values())
 #: The most dimensions a rebuilt tensor may have (torch's own limit is larger; no real tensor nears it).
@@ -202,10 +202,11 @@ def rebuild_jax_array(data: Any) -> Any:
     """Return the jax array (on jax's default device) of the numpy array ``data``.
 
     Raises:
-        CorruptError: when ``data`` is not a numpy array of numbers or booleans (numpy's own
-            or ml_dtypes' dtypes).
+        CorruptError: when ``data`` is not a C-contiguous numpy array of numbers or booleans
+            (numpy's own or ml_dtypes' dtypes): a view with zero strides would have jax
+            allocate all the elements it repeats.
     """
-    if not (type(data) is np.ndarray and _is_numeric(data.dtype)):
+    if not (type(data) is np.ndarray and data.flags.c_contiguous and _is_numeric(data.dtype)):
         raise CorruptError(f"a jax array is rebuilt from a numpy array of numbers, not {_describe(data)}")
     return importlib.import_module("jax.numpy").asarray(data)
 
@@ -215,18 +216,25 @@ def rebuild_cupy_array(data: Any) -> Any:
     `map_location` names a CUDA device; then a cupy array on that device (a copy of it).
 
     Raises:
-        CorruptError: when ``data`` is not a numpy array of numbers or booleans.
+        CorruptError: when ``data`` is not a C-contiguous numpy array of a dtype of
+            `CUPY_DTYPES` (a view with zero strides would have cupy copy all the elements it
+            repeats).
         ValueError: when `map_location` names a device that is neither the CPU nor a CUDA one.
+        ImportError: when `map_location` names a CUDA device and cupy is not installed.
     """
-    if not (type(data) is np.ndarray and data.dtype.kind in CUPY_KINDS):
-        raise CorruptError(f"a cupy array is rebuilt from a numpy array of numbers, not {_describe(data)}")
+    if not (type(data) is np.ndarray and data.flags.c_contiguous and data.dtype in CUPY_DTYPES):
+        raise CorruptError(f"a cupy array is rebuilt from a contiguous numpy array of numbers, not {_describe(data)}")
     device = _DEVICE.get()
     kind, _, index = str(device).partition(":")
     if device is None or kind == "cpu":
         return data
     if kind != "cuda":
         raise ValueError(f"cupy arrays are rebuilt on the CPU or on a CUDA device, not on {device}")
-    cupy = importlib.import_module("cupy")
+    try:
+        cupy = importlib.import_module("cupy")
+    except ImportError as exc:
+        add_note(exc, "the record holds cupy arrays: outside map_location they load as numpy arrays")
+        raise
     with cupy.cuda.Device(int(index) if index else None):
         return cupy.asarray(data)
 
@@ -272,6 +280,8 @@ def stored_array(tensor: str, data: np.ndarray) -> Any:
     if library not in ("torch", "jax", "cupy"):
         raise CorruptError(f"the record describes an array of {tensor!r:.80}, which is not torch's, jax's or cupy's")
     if library == "cupy":
+        if dtype != data.dtype.name:
+            raise CorruptError(f"the record describes a cupy array of dtype {dtype!r:.40} over {_describe(data)}")
         return rebuild_cupy_array(data)
     try:
         module = importlib.import_module(library)

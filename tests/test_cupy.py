@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import blpickle
+from blpickle.arrays import rebuild_view
 from blpickle.errors import CorruptError
-from blpickle.tensors import map_location, rebuild_cupy_array
+from blpickle.tensors import map_location, rebuild_cupy_array, stored_array
 
 
 class _FakeArray:
@@ -91,11 +92,45 @@ def test_cupy_arrays_of_other_dtypes_keep_cupys_own_reduction(fake_cupy):
 
 @pytest.mark.parametrize(
     "data",
-    [np.zeros(3, dtype=object), np.zeros(3, dtype="U3"), np.zeros(3, dtype=[("x", "i4")]), b"bytes", [1, 2]],
+    [
+        np.zeros(3, dtype=object),
+        np.zeros(3, dtype="U3"),
+        np.zeros(3, dtype=[("x", "i4")]),
+        np.zeros(3, dtype=np.longdouble),
+        np.zeros(3, dtype=">f8"),
+        np.zeros((4, 4))[:, ::2],
+        b"bytes",
+        [1, 2],
+    ],
 )
-def test_rebuild_cupy_array_refuses_what_is_not_an_array_of_numbers(data):
+def test_rebuild_cupy_array_refuses_what_is_not_a_contiguous_array_of_numbers(data):
     with pytest.raises(CorruptError, match="cupy array"):
         rebuild_cupy_array(data)
+
+
+class _Repeated:
+    """Pickles as a view repeating one float 10**9 times (4 GB of elements in a few bytes)."""
+
+    def __reduce__(self):
+        return rebuild_view, (np.zeros(1, np.float32), 0, np.dtype(np.float32), (10**9,), (0,))
+
+
+class _ForgedCupy:
+    def __reduce__(self):
+        return rebuild_cupy_array, (_Repeated(),)
+
+
+def test_a_forged_record_cannot_make_a_gpu_copy_of_a_repeated_element(fake_cupy):
+    data = blpickle.dumps(_ForgedCupy())
+    with map_location("cuda"), pytest.raises(CorruptError, match="contiguous numpy array"):
+        blpickle.loads(data, safe=True)
+    assert fake_cupy == []
+
+
+def test_a_cupy_label_must_match_the_stored_dtype():
+    with pytest.raises(CorruptError, match="cupy array of dtype 'float32'"):
+        stored_array("cupy.float32", np.zeros(3, np.int64))
+    assert stored_array("cupy.int64", np.arange(3)).dtype == np.int64
 
 
 def _cuda_cupy():
