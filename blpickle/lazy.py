@@ -27,11 +27,10 @@ class LazyArray:
     Indexing returns numpy arrays (for an array dumped as a torch tensor, a jax array or a
     cupy array, that type, as `Record.array` returns it: see ``tensor``). An integer, a
     slice (any step) or a tuple starting with one reads only the rows of the leading axis it
-    spans, in a C-order array; any other
-    index (a list, a mask, an array of indices), and any index of a Fortran-order array,
-    reads the whole array first. Iterating yields the rows of the leading axis, as iterating
-    the numpy array does, reading the rows of one chunk at a time (a Fortran-order array is
-    read whole first). ``numpy.asarray(lazy)`` reads it whole, its chunks decompressed in
+    spans, in a C-order array; any other index (a list, a mask, an array of indices), and any
+    index of a Fortran-order array, reads the whole array first. Iterating yields the rows of
+    the leading axis, as iterating the numpy array does, reading the rows of one chunk at a
+    time (a Fortran-order array is read whole first). ``numpy.asarray(lazy)`` reads it whole, its chunks decompressed in
     parallel, as a numpy array of ``dtype``. Every read checks the checksums of the chunks it
     decompresses (a part of an uncompressed buffer is read unchecked).
 

@@ -13,8 +13,8 @@ its host data, a cupy array to `blpickle.tensors.rebuild_cupy_array` of a numpy 
 (its GPU memory copied to the host).
 
 Tensors are recognised by their exact type once their library is imported (`TensorReducer.
-reducers`, asked once per pickle stream): blpickle imports none of torch, jax and cupy. Tensors that
-carry more than a dense storage (sparse, quantized, nested, conjugate or negative views, other
+reducers`, asked once per pickle stream): blpickle imports none of torch, jax and cupy.
+Tensors that carry more than a dense storage (sparse, quantized, nested, conjugate or negative views, other
 devices than the CPU and CUDA, subclasses, Python attributes, dtypes outside
 `blpickle.tensors.TORCH_DTYPES`) keep torch's own reduction.
 """

@@ -4,11 +4,10 @@ A record stores the storage of torch tensors once, as a numpy array typed by the
 of the tensor's dtype (so that the shuffle filter sees whole elements), and rebuilds every
 tensor over it: tensors that shared a storage when dumped share one again, views stay views.
 A jax array is stored as the numpy array of its host data, and so is a cupy array (copied
-from its GPU). The pickle stream calls the
-functions below; their import paths (``blpickle.tensors.rebuild_storage``, ...) are part of
-the file format and never change. A hostile file may call them with anything: each checks
-every argument and raises `blpickle.CorruptError` for what it refuses, and none calls
-``torch.load``.
+from its GPU). The pickle stream calls the functions below; their import paths
+(``blpickle.tensors.rebuild_storage``, ...) are part of the file format and never change. A
+hostile file may call them with anything: each checks every argument and raises
+`blpickle.CorruptError` for what it refuses, and none calls ``torch.load``.
 
 Nothing here imports torch, jax or cupy before a function needs it: importing blpickle imports
 none of them (`blpickle.tensor_reducers` recognises their objects by type).
