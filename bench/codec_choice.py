@@ -2,9 +2,10 @@
 
 Run ``python -m bench.codec_choice`` (``--quick`` for 8 MB arrays). For each dataset of the
 Bloscpack paper (80 MB by default), and with ``--datasets weights`` for float32 weights
-(``0.02 * N(0, 1)``: random mantissas, as in a model's layers), it dumps and loads an array with codec "auto", zstd and lz4
-(level 1, shuffle), uncompressed (the copy every codec adds to), and with zstd at three block sizes and in larger chunks, in interleaved
-rounds (the best of ``--repeat`` runs counts); it prints a table and writes
+(``0.02 * N(0, 1)``: random mantissas, as in a model's layers), it dumps and loads an array
+with codec "auto", zstd and lz4 (level 1, shuffle), uncompressed (the copy every codec adds
+to), and with zstd at three block sizes and in larger chunks, in interleaved rounds (the
+best of ``--repeat`` runs counts); it prints a table and writes
 ``bench/results/codec_choice.json``.
 Files are written to the page cache (no fsync): this compares codecs, not disks.
 

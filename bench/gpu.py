@@ -13,10 +13,7 @@ Run: ``python -m bench.gpu [--quick]`` on a machine with a CUDA device, torch an
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shlex
 import sys
 import tempfile
 from collections.abc import Callable
@@ -28,7 +25,7 @@ import numpy as np
 import blpickle
 from blpickle.tensors import map_location
 
-from .report import machine_info, text_table
+from .report import run_arguments, text_table, write_result
 from .tensors import transformer
 from .timing import interleaved
 
@@ -49,11 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.1 s samples (default 7 of 0.3 s)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON file to write")
-    args = parser.parse_args(argv)
-    rounds, seconds = (3, 0.1) if args.quick else (7, 0.3)
+    args, rounds, seconds = run_arguments(__doc__.splitlines()[0], RESULTS, (3, 0.1), (7, 0.3), argv)
     state = {key: value.cuda() for key, value in transformer().state_dict().items()}
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
     array = cupy.asarray(np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32))
@@ -108,18 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     for op, spread in cupy_times.items():
         print(f"cupy float32 array, 67 MB, {op}: {spread['min'] * 1e3:.1f} ms ({spread['median'] * 1e3:.1f})")
-    results = {
-        "command": shlex.join(["python", "-m", "bench.gpu", *sys.argv[1:]]),
-        "machine": machine_info(),
-        "device": torch.cuda.get_device_name(),
-        "nbytes": nbytes,
-        "sizes": sizes,
-        "rows": rows,
-        "cupy": {"nbytes": array.nbytes, **cupy_times},
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
-    print(f"wrote {args.out}")
+    write_result(
+        args.out,
+        "bench.gpu",
+        {
+            "device": torch.cuda.get_device_name(),
+            "nbytes": nbytes,
+            "sizes": sizes,
+            "rows": rows,
+            "cupy": {"nbytes": array.nbytes, **cupy_times},
+        },
+    )
     return 0
 
 

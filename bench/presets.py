@@ -12,16 +12,13 @@ Run: ``python -m bench.presets [--quick]``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import shlex
 import sys
 from pathlib import Path
 
 import blpickle
 
 from .real_objects import cases
-from .report import machine_info, text_table
+from .report import run_arguments, text_table, write_result
 from .timing import interleaved
 
 RESULTS = Path(__file__).parent / "results" / "presets.json"
@@ -33,11 +30,7 @@ SKIPPED = ("noisy float64, 80 KB", "1 array of 100 MB", "small dict", "200k-entr
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 rounds of 0.05 s samples (default 7 of 0.2 s)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON file to write")
-    args = parser.parse_args(argv)
-    rounds, seconds = (3, 0.05) if args.quick else (7, 0.2)
+    args, rounds, seconds = run_arguments(__doc__.splitlines()[0], RESULTS, (3, 0.05), (7, 0.2), argv)
     rows = []
     lines = [("object / preset", "size: default's / preset's", "dump: preset's time / default's", "load: ...")]
     for case in cases():
@@ -70,14 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         print(text_table(lines), flush=True)
         lines = lines[:1]
-    results = {
-        "command": shlex.join(["python", "-m", "bench.presets", *sys.argv[1:]]),
-        "machine": machine_info(),
-        "rows": rows,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
-    print(f"wrote {args.out}")
+    write_result(args.out, "bench.presets", {"rows": rows})
     return 0
 
 

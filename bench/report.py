@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import json
 import os
 import platform
+import shlex
 import subprocess
+import sys
 from collections.abc import Callable, Collection, Iterable
+from pathlib import Path
 from typing import Any
 
 import blosc2
@@ -69,6 +74,32 @@ def machine_info() -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "load_average_at_start": os.getloadavg()[0],
     }
+
+
+def run_arguments(
+    description: str, results: Path, quick: tuple[int, float], full: tuple[int, float], argv: list[str] | None
+) -> tuple[argparse.Namespace, int, float]:
+    """Parse the arguments of a benchmark run on its own (``--quick``, ``--out``); return
+    them, and the rounds and seconds per sample to run: ``quick`` or ``full``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{quick[0]} rounds of {quick[1]} s samples (default {full[0]} of {full[1]} s)",
+    )
+    parser.add_argument("--out", type=Path, default=results, help="JSON file to write")
+    args = parser.parse_args(argv)
+    rounds, seconds = quick if args.quick else full
+    return args, rounds, seconds
+
+
+def write_result(out: Path, module: str, fields: dict[str, Any]) -> None:
+    """Write ``fields`` as JSON to ``out``, after the command that ran ``module`` and the
+    machine (`machine_info`)."""
+    doc = {"command": shlex.join(["python", "-m", module, *sys.argv[1:]]), "machine": machine_info(), **fields}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out}")
 
 
 def _mbs(row: dict, what: str) -> str:

@@ -30,9 +30,10 @@ class LazyArray:
     spans, in a C-order array; any other index (a list, a mask, an array of indices), and any
     index of a Fortran-order array, reads the whole array first. Iterating yields the rows of
     the leading axis, as iterating the numpy array does, reading the rows of one chunk at a
-    time (a Fortran-order array is read whole first). ``numpy.asarray(lazy)`` reads it whole, its chunks decompressed in
-    parallel, as a numpy array of ``dtype``. Every read checks the checksums of the chunks it
-    decompresses (a part of an uncompressed buffer is read unchecked).
+    time (a Fortran-order array is read whole first). ``numpy.asarray(lazy)`` reads it
+    whole, its chunks decompressed in parallel, as a numpy array of ``dtype``. Every read
+    checks the checksums of the chunks it decompresses (a part of an uncompressed buffer is
+    read unchecked).
 
     Attributes:
         shape: the array's shape.

@@ -224,8 +224,10 @@ def rebuild_cupy_array(data: Any) -> Any:
     if not (type(data) is np.ndarray and data.flags.c_contiguous and data.dtype in CUPY_DTYPES):
         raise CorruptError(f"a cupy array is rebuilt from a contiguous numpy array of numbers, not {_describe(data)}")
     device = _DEVICE.get()
+    if device is None:
+        return data
     kind, _, index = str(device).partition(":")
-    if device is None or kind == "cpu":
+    if kind == "cpu":
         return data
     if kind != "cuda":
         raise ValueError(f"cupy arrays are rebuilt on the CPU or on a CUDA device, not on {device}")

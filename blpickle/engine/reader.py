@@ -32,7 +32,7 @@ from .chunks import unpack_chunk
 from .jobs import allocate_stream, byte_view
 from .pool import map_ordered, shared_pool
 
-__all__ = ["AHEAD_SIZE", "RecordReader", "allocate_stream", "byte_view"]
+__all__ = ["AHEAD_SIZE", "RecordReader"]
 
 #: Streams after the one the unpickler asks for are read ahead while together they declare at
 #: most this many bytes (their arrays, allocated as they are read; their chunks, held as
