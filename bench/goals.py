@@ -383,11 +383,12 @@ REAL_OURS, REAL_REFERENCE, REAL_PATH_REFERENCE = "blpickle", "pickle p5", "pickl
 
 
 def real_relative(rows: list[dict], case: str, method: str, what: str, reference: str = REAL_REFERENCE) -> float | None:
-    """``reference``'s best time over ``method``'s for ``what`` (dump, load) in ``case``;
-    for ``size``, the reference's file size over the method's. None if either is missing."""
+    """``reference``'s best time over ``method``'s for ``what`` (dump, load, cold) in
+    ``case``; for ``size``, the reference's file size over the method's. None if either is
+    missing or was not measured."""
     found = {r["method"]: r for r in rows if r["case"] == case}
     ours, theirs = found.get(method), found.get(reference)
-    if ours is None or theirs is None:
+    if ours is None or theirs is None or (what != "size" and not (what in ours and what in theirs)):
         return None
     if what == "size":
         return theirs["file_bytes"] / ours["file_bytes"]

@@ -12,7 +12,9 @@ files already open (in the page cache, no fsync on either side), except the path
 where blpickle and joblib open the path themselves and pickle runs both ways: to an open
 file and open + dump + close. Every sample loops over calls long enough to be measured;
 rounds rotate which contender goes first; a contender stops repeating once it has used its
-time budget. Figures: the best sample and the median one.
+time budget. Each round also times one cold load: the file is written to the device and
+evicted from the page cache first (`timing.CacheDropper`), where the OS allows it.
+Figures: the best sample and the median one.
 
 Run on its own: ``python -m bench --section real [--quick]``. Objects whose library is
 missing (pandas, scipy, xarray, scikit-learn) are skipped.
@@ -45,7 +47,7 @@ from .goals import REAL_PATH_REFERENCE as PATH_REFERENCE
 from .goals import REAL_REFERENCE as REFERENCE
 from .goals import real_relative as relative
 from .report import text_table
-from .timing import spread, timed
+from .timing import CacheDropper, fsync, spread, timed
 
 #: Rounds, seconds a sample lasts at least, and seconds after which a contender stops repeating.
 ROUNDS, SAMPLE_SECONDS, BUDGET = 7, 0.05, 10.0
@@ -278,6 +280,14 @@ class _Target:
             self.file.flush()
         return os.path.getsize(self.path)
 
+    def load_cold(self, drop: Callable[[str], None]) -> float:
+        """Seconds of one load after the file is written to the device and evicted."""
+        if self.file is not None:
+            self.file.flush()
+        fsync(self.path)
+        drop(self.path)
+        return timed(self.load)[0]
+
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
@@ -293,12 +303,22 @@ def _sample(call: Callable[[], Any], number: int) -> float:
     return timed(loop)[0] / number
 
 
-def measure(case: Case, obj: Any, rounds: int, seconds: float, budget: float, directory: str) -> list[dict]:
-    """One row per contender of ``case``: file size, and the `spread` of seconds per dump and
-    per load, sampled in rounds that rotate which contender goes first."""
+def measure(
+    case: Case,
+    obj: Any,
+    rounds: int,
+    seconds: float,
+    budget: float,
+    directory: str,
+    drop: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """One row per contender of ``case``: file size, and the `spread` of seconds per dump,
+    per load and, with ``drop``, per cold load, sampled in rounds that rotate which
+    contender goes first."""
     todo = contenders(case, obj)
     targets = [_Target(os.path.join(directory, f"{i}.bin"), c) for i, c in enumerate(todo)]
-    rows = [{"case": case.name, "method": c.name, "dump": [], "load": []} for c in todo]
+    speeds = ("dump", "load", "cold") if drop else ("dump", "load")
+    rows: list[dict] = [{"case": case.name, "method": c.name, **{what: [] for what in speeds}} for c in todo]
     numbers = []
     try:
         for target, row in zip(targets, rows, strict=True):  # warm-up, check, and loop sizes
@@ -316,17 +336,20 @@ def measure(case: Case, obj: Any, rounds: int, seconds: float, budget: float, di
             first = round_ % len(todo)
             for i in list(range(first, len(todo))) + list(range(first)):
                 row, target = rows[i], targets[i]
-                if row["dump"] and sum(row["dump"]) * numbers[i][0] + sum(row["load"]) * numbers[i][1] > budget:
+                spent = sum(row["dump"]) * numbers[i][0] + sum(row["load"]) * numbers[i][1] + sum(row.get("cold", ()))
+                if row["dump"] and spent > budget and (not drop or row["cold"]):
                     continue
                 row["dump"].append(_sample(functools.partial(target.dump, obj), numbers[i][0]))
                 row["load"].append(_sample(target.load, numbers[i][1]))
+                if drop:
+                    row["cold"].append(target.load_cold(drop))
     finally:
         for target in targets:
             target.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(target.path)
     for row in rows:
-        row["dump"], row["load"] = spread(row["dump"]), spread(row["load"])
+        row.update({what: spread(row[what]) for what in speeds})
     return rows
 
 
@@ -336,15 +359,17 @@ def run(quick: bool, directory: str | None = None, scale: float = 1.0) -> list[d
         (QUICK_ROUNDS, QUICK_SAMPLE_SECONDS, QUICK_BUDGET) if quick else (ROUNDS, SAMPLE_SECONDS, BUDGET)
     )
     rows: list[dict] = []
-    print(f"\nReal objects: {rounds} interleaved rounds, open files in the page cache, no fsync")
     with tempfile.TemporaryDirectory(dir=directory, prefix="blpickle-real-") as tmp:
+        drop = CacheDropper(tmp)
+        cold = f"cold loads evicted with {', '.join(drop.used)}" if drop.possible else "no cold loads (cannot evict)"
+        print(f"\nReal objects: {rounds} interleaved rounds, open files in the page cache, no fsync; {cold}")
         for case in cases(scale):
             obj = case.make()
             if obj is None:
                 print(f"\n{case.name}: skipped (its library is missing)")
                 continue
             started = time.perf_counter()
-            measured = measure(case, obj, rounds, seconds, budget, tmp)
+            measured = measure(case, obj, rounds, seconds, budget, tmp, drop if drop.possible else None)
             del obj
             rows += measured
             print(f"\n{case.name} ({time.perf_counter() - started:.0f} s)")
@@ -357,20 +382,34 @@ def _ms(seconds: float) -> str:
 
 
 def table(rows: list[dict]) -> list[tuple[str, ...]]:
-    """One line per row: size, dump and load ms best (median), and each as x pickle's."""
+    """One line per row: size, dump, load and cold load ms best (median), and each as x
+    pickle's; "-" where a figure was not measured."""
     lines: list[tuple[str, ...]] = [
-        ("case / method", "MB", "dump ms", "load ms", "dump x pickle", "load x pickle", "pickle size / size")
+        (
+            "case / method",
+            "MB",
+            "dump ms",
+            "load ms",
+            "cold load ms",
+            "dump x pickle",
+            "load x pickle",
+            "cold load x pickle",
+            "pickle size / size",
+        )
     ]
     for row in rows:
         case, method = row["case"], row["method"]
-        x = {what: relative(rows, case, method, what) for what in ("dump", "load", "size")}
+        times = (
+            f"{_ms(row[what]['min'])} ({_ms(row[what]['median'])})" if what in row else "-"
+            for what in ("dump", "load", "cold")
+        )
+        x = (relative(rows, case, method, what) for what in ("dump", "load", "cold", "size"))
         lines.append(
             (
                 f"{case} / {method}" if method == OURS else f"  {method}",
                 f"{row['file_bytes'] / 1e6:.3g}",
-                f"{_ms(row['dump']['min'])} ({_ms(row['dump']['median'])})",
-                f"{_ms(row['load']['min'])} ({_ms(row['load']['median'])})",
-                *("-" if value is None else f"{value:.2f}x" for value in x.values()),
+                *times,
+                *("-" if value is None else f"{value:.2f}x" for value in x),
             )
         )
     return lines

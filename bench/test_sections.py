@@ -158,6 +158,16 @@ def test_real_objects_measure_every_contender_and_feed_every_goal(tmp_path) -> N
     assert "| noisy float64, 80 KB / blpickle |" in section_tables.markdown({"real": rows, "goals": []})
 
 
+def test_real_objects_time_a_cold_load_per_round_after_evicting_the_file(tmp_path) -> None:
+    evicted: list[str] = []
+    case = real_objects.Case("tiny", lambda: np.arange(10.0))
+    rows = real_objects.measure(case, case.make(), 2, 1e-4, 10.0, str(tmp_path), drop=evicted.append)
+    assert all(len(row["cold"]["runs"]) == 2 for row in rows)
+    assert len(evicted) == 2 * len(rows) and len(set(evicted)) == len(rows)
+    assert real_objects.table(rows)[1][4] != "-" and goals.real_relative(rows, "tiny", "blpickle", "cold")
+    assert "cold" not in real_objects.measure(case, case.make(), 1, 1e-4, 10.0, str(tmp_path))[0]
+
+
 def test_real_objects_compare_what_they_load() -> None:
     pytest.importorskip("pandas")
     frame = real_objects.make_frame(100)
