@@ -237,6 +237,20 @@ def test_forged_view_arguments_are_refused(args, safe):
         blpickle.loads(pickle.dumps(ForgedView(*args), protocol=5), safe=safe)
 
 
+def test_safe_mode_refuses_views_whose_elements_overlap():
+    base = np.zeros(1, np.float32)
+    repeated = ForgedView(base, 0, np.dtype(np.float32), (10**9,), (0,))  # a copy would take 4 GB
+    data = blpickle.dumps([base, repeated])
+    assert blpickle.loads(data)[1].shape == (10**9,)  # a plain load gives the view, as pickle would
+    with pytest.raises(blpickle.LimitError, match="overlap"):
+        blpickle.loads(data, safe=True)
+    grid = np.arange(12.0).reshape(3, 4)
+    views = [grid, grid[::-1, ::2], grid.T, grid[1:, 1:3]]
+    loaded = blpickle.loads(blpickle.dumps(views), safe=True)
+    assert all(np.shares_memory(loaded[0], view) for view in loaded[1:])
+    assert all((a == b).all() for a, b in zip(views, loaded, strict=True))
+
+
 def test_safe_mode_checks_the_number_of_arguments():
     with pytest.raises(blpickle.CorruptError, match="5 to 5 arguments"):
         blpickle.loads(blpickle.dumps(ForgedView(BASE, 0, F8, (1,))), safe=True)

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from ... import tensors
-from ...arrays import rebuild_ndarray, rebuild_view
-from ...errors import CorruptError, UnsafeLoadError
+from ...arrays import rebuild_ndarray, rebuild_view, view_extent
+from ...errors import CorruptError, LimitError, UnsafeLoadError
 from ..numpy_state import Pending
 from .checks import Check, Context, Reconstructor, check_arity, cython_state
 
@@ -77,9 +77,17 @@ def _rebuild(what: str) -> Callable[[tuple[Any, ...], Context], np.ndarray]:
 
 def _rebuild_view(args: tuple[Any, ...], context: Context) -> np.ndarray:
     """`rebuild_view` (base, offset, dtype, shape, strides) checks that the view lies inside
-    its base, a contiguous array without objects."""
+    its base, a contiguous array without objects; safe mode also refuses views whose elements
+    overlap (broadcast views), so that a copy of any view costs no more than its base."""
     check_arity(args, 5, 5, "blpickle rebuild_view")
-    return rebuild_view(*args)
+    view = rebuild_view(*args)
+    low, high = view_extent(0, view.itemsize, view.shape, view.strides)
+    if view.nbytes > high - low:
+        raise LimitError(
+            f"safe mode refuses a view whose elements overlap (shape {view.shape}, strides {view.strides}): "
+            f"a copy of it would take {view.nbytes} bytes for {high - low} bytes of its base"
+        )
+    return view
 
 
 def _tensors(name: str, arity: int) -> Check:
