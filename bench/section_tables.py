@@ -72,7 +72,8 @@ def markdown(doc: dict) -> str:
         parts += ["Tensors (ms, best (median)):", "", markdown_table(tensors.table(doc["tensors"]["rows"])), ""]
     if doc.get("real"):
         parts += [
-            "Real objects (open files in the page cache, no fsync; ms per call, best (median)):",
+            "Real objects (open files in the page cache, no fsync; cold loads after evicting the file;"
+            " ms per call, best (median)):",
             "",
             markdown_table(real_objects.table(doc["real"])),
             "",
