@@ -70,6 +70,7 @@ import records
 import blpickle
 from blpickle import cli
 from blpickle import format as fmt
+from blpickle.restricted.machine import COPIES_PER_BYTE, COPIES_SLACK
 
 KEY = b"fuzz key"
 #: The targets that run any global the pickle names (``loads(key=...)`` on a record the
@@ -672,12 +673,13 @@ def memory_bound(case: Case, target: str) -> int:
     - for ``inspect``, ``info`` and ``verify``: one chunk of the pickle stream, as its
       header declares it (they hold one decompressed chunk at a time, and a writer may
       choose chunks of up to 1 GiB), whatever the stream's size;
-    - for a load: twice the record's decompressed streams: it holds them while it builds
-      the objects, and the objects may copy them (a bytes literal of the pickle stream, an
-      array of a buffer), as ``pickle.loads`` holds its input and the objects it builds.
+    - for a load: the budget of copies of a restricted load (`COPIES_SLACK` and
+      `COPIES_PER_BYTE` per byte of its decompressed streams) and those streams once: it holds
+      them while it builds the objects, which may copy them (a bytes literal of the pickle
+      stream, an array of a buffer), as ``pickle.loads`` holds its input and what it builds.
     """
     if target.startswith("loads"):
-        return MEMORY_BOUND + 2 * sum(len(s.data) for s in case.streams)
+        return MEMORY_BOUND + COPIES_SLACK + (1 + COPIES_PER_BYTE) * sum(len(s.data) for s in case.streams)
     try:
         info = case.parts.header["streams"][0]
         return MEMORY_BOUND + max(0, min(int(info["chunk_size"]), int(info["nbytes"]), fmt.MAX_CHUNK_SIZE))

@@ -40,6 +40,11 @@ class PickleInput:
         self._end = 0  # the frame's size
 
     @property
+    def consumed(self) -> int:
+        """The bytes of the stream read so far (the current frame's included)."""
+        return self._source.pos
+
+    @property
     def offset(self) -> int:
         """The offset in the stream of the current frame's start, or of the file's position."""
         return self._source.pos - len(self._frame)

@@ -15,8 +15,11 @@ from .budget import Budget
 from .input import PickleInput
 from .numpy_state import Pending
 from .policy import Admitted, Policy
+from .registry import Context
 
 __all__ = [
+    "COPIES_PER_BYTE",
+    "COPIES_SLACK",
     "OBJECTS_PER_BYTE",
     "OBJECTS_SLACK",
     "OPCODES_PER_BYTE",
@@ -39,6 +42,11 @@ OBJECTS_PER_BYTE = 64
 #: `blpickle.format.scan`, which reads the same stream for inspect and verify).
 OPCODES_SLACK = 1 << 20
 OPCODES_PER_BYTE = 4096
+#: ... and its reconstructors copy at most ``COPIES_SLACK + COPIES_PER_BYTE * n`` bytes, n the
+#: bytes of the pickle stream and of the out-of-band buffers taken so far: a bytes literal
+#: named again and again from the memo cannot be copied again and again.
+COPIES_SLACK = 64 << 20
+COPIES_PER_BYTE = 2
 
 
 class Refusal(Exception):
@@ -103,6 +111,13 @@ class Machine:
         self._refused: dict[str, str] = {}  # module.name -> why, once the load lists refusals
         self._objects = Budget("makes over {} objects", OBJECTS_SLACK, OBJECTS_PER_BYTE, stored)
         self._opcodes = Budget("runs over {} opcodes", OPCODES_SLACK, OPCODES_PER_BYTE, stored)
+        self._buffer_bytes = 0  # of the out-of-band buffers taken so far
+        copies = Budget("copies over {} bytes", COPIES_SLACK, COPIES_PER_BYTE, self._consumed)
+        self._context = Context(policy.admitted, copies)
+
+    def _consumed(self) -> int:
+        """The bytes of input taken so far: of the pickle stream and of out-of-band buffers."""
+        return self._input.consumed + self._buffer_bytes
 
     def _pop_mark(self) -> list[Any]:
         if not self._marks:

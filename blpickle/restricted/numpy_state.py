@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import CorruptError
+from ..errors import CorruptError, LimitError
 
 __all__ = ["Pending", "array_from_state", "dtype_from_state"]
 
@@ -21,6 +22,14 @@ _ALIGNED_STRUCT = 0x80
 _DATETIME_UNITS = frozenset({"Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as", "generic"})
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 _BYTE_ORDERS = frozenset({"<", ">", "=", "|"})
+#: The most dimensions of an array or subarray shape (numpy 2's limit), each under 2**63.
+_MAX_DIMS = 64
+
+
+def _is_shape(shape: Any) -> bool:
+    """Whether ``shape`` is a tuple of at most `_MAX_DIMS` sizes that numpy can hold: checked
+    before any arithmetic on them, which would be slow on ints of millions of bits."""
+    return type(shape) is tuple and len(shape) <= _MAX_DIMS and all(type(n) is int and 0 <= n < 1 << 63 for n in shape)
 
 
 class Pending:
@@ -116,8 +125,10 @@ def _subarray(subarray: Any, elsize: int) -> np.dtype:
         raise CorruptError(f"a numpy subarray dtype's state must hold (dtype, shape), not {subarray!r:.120}")
     base, shape = subarray
     shape = (shape,) if type(shape) is int else shape
-    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+    if not _is_shape(shape):
         raise CorruptError(f"a numpy subarray dtype's shape must be a tuple of sizes, not {shape!r:.80}")
+    if base.hasobject:  # each element would be that many objects, from no data
+        raise CorruptError(f"safe mode loads no subarray dtype of objects ({base}, shape {shape})")
     if math.prod(shape) * base.itemsize != elsize:
         raise CorruptError(f"a numpy subarray dtype of shape {shape} and base {base} cannot hold {elsize} bytes")
     return np.dtype((base, shape))
@@ -133,9 +144,10 @@ def _datetime(base: np.dtype, datetime: Any) -> np.dtype:
     return np.dtype(f"{base.char}8" if unit == "generic" else f"{base.char}8[{count}{unit}]")
 
 
-def array_from_state(state: Any) -> np.ndarray:
+def array_from_state(state: Any, copying: Callable[[int], None]) -> np.ndarray:
     """Return the array that an ndarray state ``(version, shape, dtype, fortran, data)``
-    describes, built with numpy's constructors from checked parts.
+    describes, built with numpy's constructors from checked parts; ``copying(nbytes)`` is
+    called before each copy of the data (it raises to refuse one).
 
     Raises:
         CorruptError: for a state that is not one numpy writes, or whose data does not match
@@ -146,7 +158,7 @@ def array_from_state(state: Any) -> np.ndarray:
     if not (isinstance(state, tuple) and len(state) == 4):
         raise CorruptError(f"a numpy array's state must be (1, shape, dtype, fortran, data), not {state!r:.120}")
     shape, dtype, fortran, data = state
-    if type(shape) is not tuple or not all(type(n) is int and n >= 0 for n in shape):
+    if not _is_shape(shape):
         raise CorruptError(f"a numpy array's shape must be a tuple of sizes, not {shape!r:.80}")
     if not isinstance(dtype, np.dtype) or type(fortran) not in (bool, int):
         raise CorruptError(f"a numpy array's state must hold a dtype and a flag, not {dtype!r:.80}, {fortran!r:.80}")
@@ -155,7 +167,7 @@ def array_from_state(state: Any) -> np.ndarray:
     native = dtype.newbyteorder("=") if dtype.byteorder in "<>" and not dtype.isnative else dtype
     try:
         if dtype.hasobject:
-            return _object_array(shape, dtype, order, data, count)
+            return _object_array(shape, dtype, order, data, count, copying)
         nbytes = count * dtype.itemsize
         try:
             view = memoryview(data).cast("B")
@@ -168,21 +180,30 @@ def array_from_state(state: Any) -> np.ndarray:
         if not nbytes:
             return np.empty(shape, native, order)
         array = np.frombuffer(view, dtype=dtype).reshape(shape, order=order)
+        if native is dtype and not view.readonly:
+            return array
+        copying(nbytes)
         if native is not dtype:  # numpy's __setstate__ swaps the data to native byte order
             return array.astype(native, order="K")
-        return array if not view.readonly else array.copy(order="K")
-    except CorruptError:
+        return array.copy(order="K")
+    except (CorruptError, LimitError):
         raise
     except Exception as exc:
         raise CorruptError(f"numpy refuses the array of shape {shape} and dtype {dtype}: {exc}") from None
 
 
 def _object_array(
-    shape: tuple[int, ...], dtype: np.dtype, order: Literal["C", "F"], items: Any, count: int
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    order: Literal["C", "F"],
+    items: Any,
+    count: int,
+    copying: Callable[[int], None],
 ) -> np.ndarray:
     """An array of a dtype that holds objects, from the list of its items in C order."""
     if type(items) is not list or len(items) != count:
         raise CorruptError(f"an object array of shape {shape} needs a list of {count} items")
+    copying(count * dtype.itemsize)
     flat = np.empty(count, dtype)
     for i, item in enumerate(items):
         flat[i] = item

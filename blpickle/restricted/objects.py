@@ -63,11 +63,12 @@ def _arguments(args: Any, kwargs: Any, what: str) -> None:
         raise CorruptError(f"{what}'s arguments must be a tuple (and a dict), not {args!r:.80}")
 
 
-def call(func: Any, args: Any, grant: Admitted | None, policy: Policy) -> Any:
+def call(func: Any, args: Any, grant: Admitted | None, policy: Policy, context: Context) -> Any:
     """Return what ``REDUCE`` of ``func`` and ``args`` gives: a vetted reconstructor through
     its check, an exact name as pickle calls it, an admitted class created with
     ``cls.__new__(cls)`` (no arguments), or a member of a registry family called with plain
-    data. ``grant`` is how the policy admitted ``func`` (None: never).
+    data. ``grant`` is how the policy admitted ``func`` (None: never); ``context`` is what a
+    reconstructor's check may ask of the load.
 
     Raises:
         UnsafeLoadError: for a call the policy does not admit.
@@ -77,13 +78,13 @@ def call(func: Any, args: Any, grant: Admitted | None, policy: Policy) -> Any:
     _arguments(args, None, "a call")
     bound = load_callable(func)
     if bound is not None:
-        return bound(args, Context(policy.admitted))
+        return bound(args, context)
     if grant is None:
         if not callable(func):
             raise CorruptError(f"the pickle calls a {type(func).__name__}, which is not callable")
         raise UnsafeLoadError(*_names(func), "the pickle calls an object that it did not import as a global")
     if grant.reconstructor is not None:
-        return grant.reconstructor.check(args, Context(policy.admitted))
+        return grant.reconstructor.check(args, context)
     if grant.how == "exact":
         return _run(func, args)
     if grant.how == "class":
@@ -98,7 +99,9 @@ def call(func: Any, args: Any, grant: Admitted | None, policy: Policy) -> Any:
     )
 
 
-def new_object(cls: Any, args: Any, grant: Admitted | None, policy: Policy, kwargs: Any = None) -> Any:
+def new_object(
+    cls: Any, args: Any, grant: Admitted | None, policy: Policy, context: Context, kwargs: Any = None
+) -> Any:
     """Return ``cls.__new__(cls, *args, **kwargs)`` (``NEWOBJ``, ``NEWOBJ_EX``) for an
     admitted class: with arguments only for an exact name, or through a vetted
     reconstructor.
@@ -116,7 +119,7 @@ def new_object(cls: Any, args: Any, grant: Admitted | None, policy: Policy, kwar
     if grant.reconstructor is not None:
         if kwargs:
             raise CorruptError(f"{'.'.join(_names(cls))} takes no keyword arguments in safe mode")
-        return grant.reconstructor.check(args, Context(policy.admitted))  # cls.__new__(cls, *args) is cls(*args)
+        return grant.reconstructor.check(args, context)  # cls.__new__(cls, *args) is cls(*args)
     if (args or kwargs) and grant.how != "exact":
         raise UnsafeLoadError(
             *_names(cls),

@@ -242,9 +242,15 @@ class RestrictedUnpickler(Machine):
         if self._buffers is None:
             raise CorruptError("the pickle refers to out-of-band data but no buffers were given")
         try:
-            self._stack.append(next(self._buffers))
+            buffer = next(self._buffers)
         except StopIteration:
             raise CorruptError("the pickle refers to more out-of-band buffers than were given") from None
+        try:
+            with memoryview(buffer) as view:
+                self._buffer_bytes += view.nbytes
+        except TypeError:  # a caller's object that is not a buffer: pickle passes it on as it is
+            pass
+        self._stack.append(buffer)
 
     def _readonly_buffer(self) -> None:
         with memoryview(self._stack[-1]) as view:
@@ -326,7 +332,7 @@ class RestrictedUnpickler(Machine):
         args = self._stack.pop()
         func = self._stack.pop()
         try:
-            result = call(func, args, self._grant(func), self._policy)
+            result = call(func, args, self._grant(func), self._policy, self._context)
         except UnsafeLoadError as exc:
             raise Refusal(exc) from None
         if isinstance(result, Pending):
@@ -348,7 +354,7 @@ class RestrictedUnpickler(Machine):
 
     def _new(self, cls: Any, args: Any, kwargs: Any) -> Any:
         try:
-            return new_object(cls, args, self._grant(cls), self._policy, kwargs)
+            return new_object(cls, args, self._grant(cls), self._policy, self._context, kwargs)
         except UnsafeLoadError as exc:
             raise Refusal(exc) from None
 
@@ -358,7 +364,11 @@ class RestrictedUnpickler(Machine):
         if not isinstance(obj, Pending):
             set_state(self._changed(obj), state)
             return
-        built = dtype_from_state(obj.args, state) if obj.kind == "dtype" else array_from_state(state)
+        built: Any
+        if obj.kind == "dtype":
+            built = dtype_from_state(obj.args, state)
+        else:
+            built = array_from_state(state, self._context.copying)
         self._pending -= 1
         self._stack[-1] = built
         for key in obj.keys:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ...errors import CorruptError
+from ..budget import Budget
 
 __all__ = [
     "Check",
@@ -29,10 +30,21 @@ class Context:
     Args:
         admitted: whether a class is one the load admits (by the policy, whichever name
             the pickle used for it).
+        copies: the load's budget of bytes that checks copy (None: unlimited).
     """
 
-    def __init__(self, admitted: Callable[[Any], bool]) -> None:
+    def __init__(self, admitted: Callable[[Any], bool], copies: Budget | None = None) -> None:
         self.admitted = admitted
+        self._copies = copies
+
+    def copying(self, nbytes: int) -> None:
+        """Count ``nbytes`` that a check is about to allocate for a copy.
+
+        Raises:
+            LimitError: past the load's budget: the same bytes copied again and again.
+        """
+        if self._copies is not None:
+            self._copies.spend(nbytes)
 
     def subclass(self, cls: Any, base: type, what: str) -> type:
         """Return ``cls`` if it is an admitted subclass of ``base``; raise `CorruptError`."""

@@ -90,11 +90,15 @@ def _rebuild_view(args: tuple[Any, ...], context: Context) -> np.ndarray:
     return view
 
 
-def _tensors(name: str, arity: int) -> Check:
-    """A rebuild function of `blpickle.tensors`, which checks every argument itself."""
+def _tensors(name: str, arity: int, copies: Callable[[np.ndarray], bool] = lambda data: False) -> Check:
+    """A rebuild function of `blpickle.tensors`, which checks every argument itself;
+    ``copies(data)``: whether it copies its first argument, a numpy array (counted against
+    the load's copies)."""
 
     def check(args: tuple[Any, ...], context: Context) -> Any:
         check_arity(args, arity, arity, f"blpickle {name}")
+        if isinstance(args[0], np.ndarray) and copies(args[0]):
+            context.copying(args[0].nbytes)
         return getattr(tensors, name)(*args)
 
     return check
@@ -181,9 +185,11 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
     "blpickle.arrays.rebuild_view": Reconstructor(_rebuild_view),
     # how blpickle records rebuild torch storages, tensors and parameters, jax arrays and
     # cupy arrays
-    "blpickle.tensors.rebuild_storage": Reconstructor(_tensors("rebuild_storage", 1)),
+    "blpickle.tensors.rebuild_storage": Reconstructor(
+        _tensors("rebuild_storage", 1, lambda data: not data.flags.writeable)
+    ),
     "blpickle.tensors.rebuild_tensor": Reconstructor(_tensors("rebuild_tensor", 6)),
     "blpickle.tensors.rebuild_parameter": Reconstructor(_tensors("rebuild_parameter", 2)),
-    "blpickle.tensors.rebuild_jax_array": Reconstructor(_tensors("rebuild_jax_array", 1)),
+    "blpickle.tensors.rebuild_jax_array": Reconstructor(_tensors("rebuild_jax_array", 1, lambda data: True)),
     "blpickle.tensors.rebuild_cupy_array": Reconstructor(_tensors("rebuild_cupy_array", 1)),
 }

@@ -13,10 +13,15 @@ import numpy as np
 from ...errors import CorruptError
 from .checks import Check, Context, Family, Reconstructor, check_arity, check_types, cython_state
 
-__all__ = ["FAMILIES", "RECONSTRUCTORS"]
+__all__ = ["FAMILIES", "RECONSTRUCTORS", "STATE_CHECKS"]
 
 #: The package pattern a caller allows for these to be called.
 _PANDAS = "pandas"
+#: The keys of the dicts that pandas' indexes pickle for ``_new_Index`` and
+#: ``_new_DatetimeIndex`` (pandas 1 to 3): never a dtype to convert to, nor a copy flag.
+_INDEX_KEYS = frozenset(
+    {"data", "name", "names", "freq", "tz", "start", "stop", "step", "levels", "codes", "sortorder"}
+)
 
 
 def _pandas_index(function: str) -> Check:
@@ -27,10 +32,11 @@ def _pandas_index(function: str) -> Check:
         pandas = importlib.import_module("pandas")
         cls, fields = check_types(args, ((type,), (dict,)), function)
         context.subclass(cls, pandas.Index, function)
-        if not all(type(key) is str for key in fields):
-            raise CorruptError(f"{function} takes a dict of str keys, not {list(fields)!r:.80}")
+        if not all(type(key) is str for key in fields) or not _INDEX_KEYS.issuperset(fields):
+            raise CorruptError(f"{function} takes a dict of the keys pandas writes, not {list(fields)!r:.80}")
         data = fields.get("data")
-        if data is not None and not isinstance(data, (np.ndarray, pandas.api.extensions.ExtensionArray, pandas.Index)):
+        # an Index as data (a RangeIndex of 10**9 rows takes a few bytes) would be materialized
+        if data is not None and not isinstance(data, (np.ndarray, pandas.api.extensions.ExtensionArray)):
             raise CorruptError(f"{function} takes its data as an array, not a {type(data).__name__}")
         module = "pandas.core.indexes.datetimes" if "Datetime" in function else "pandas.core.indexes.base"
         return getattr(importlib.import_module(module), function)(cls, fields)
@@ -63,13 +69,63 @@ def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
         raise CorruptError(f"a pandas BlockManager takes blocks and indexes, not {args!r:.120}")
     if len(axes) != 2:
         raise CorruptError(f"a pandas BlockManager has two axes, not {len(axes)}")
-    placed = np.concatenate([block.mgr_locs.as_array for block in blocks]) if blocks else np.zeros(0, np.intp)
-    if not np.array_equal(np.sort(placed), np.arange(len(axes[0]))):
-        raise CorruptError(f"a pandas BlockManager's blocks must place each of its {len(axes[0])} columns once")
+    # sizes first, from the blocks' data: an axis (a RangeIndex) or a placement (a slice) may
+    # declare any length in a few bytes
     for block in blocks:
         if block.shape != (len(block.mgr_locs), len(axes[1])):
             raise CorruptError(f"a pandas block of shape {block.shape} does not fit its DataFrame")
+    if sum(len(block.mgr_locs) for block in blocks) != len(axes[0]):
+        raise CorruptError(f"a pandas BlockManager's blocks must place each of its {len(axes[0])} columns once")
+    placed = np.concatenate([block.mgr_locs.as_array for block in blocks]) if blocks else np.zeros(0, np.intp)
+    if not np.array_equal(np.sort(placed), np.arange(len(axes[0]))):
+        raise CorruptError(f"a pandas BlockManager's blocks must place each of its {len(axes[0])} columns once")
     return importlib.import_module("pandas.core.internals.managers").BlockManager(blocks, axes)
+
+
+def _backed_state(array: Any) -> None:
+    """Check that the data of a pandas array built on ``NDArrayBacked`` fits its dtype:
+    pandas trusts both on unpickling, and a categorical's code past its categories makes
+    pandas read outside memory.
+
+    Raises:
+        CorruptError: for data that does not fit, or an array of another kind.
+    """
+    pandas = importlib.import_module("pandas")
+    arrays = pandas.arrays
+    data, dtype = array._ndarray, array._dtype
+    if data is None:  # made without its state, which BUILD sets (and this checks) next
+        return
+    if isinstance(array, pandas.Categorical):
+        if data.dtype.kind != "i" or (data.size and not (data.min() >= -1 and data.max() < len(dtype.categories))):
+            raise CorruptError(
+                f"a pandas Categorical's codes must be ints from -1 to {len(dtype.categories) - 1}, its categories"
+            )
+        return
+    if isinstance(array, arrays.DatetimeArray):
+        fits = data.dtype == (dtype if isinstance(dtype, np.dtype) else np.dtype(f"M8[{dtype.unit}]"))
+    elif isinstance(array, arrays.TimedeltaArray):
+        fits = data.dtype == dtype
+    elif isinstance(array, arrays.PeriodArray):
+        fits = data.dtype == np.int64
+    elif isinstance(array, arrays.StringArray):
+        fits = data.dtype == object
+    elif isinstance(array, arrays.NumpyExtensionArray):
+        fits = data.dtype == dtype.numpy_dtype
+    else:
+        raise CorruptError(f"safe mode loads pandas' own arrays, not a {type(array).__qualname__}")
+    if not fits:
+        raise CorruptError(f"a pandas {type(array).__name__} of dtype {dtype} cannot hold data of {data.dtype}")
+
+
+def _ndarray_backed(args: tuple[Any, ...], context: Context) -> Any:
+    """``__pyx_unpickle_NDArrayBacked(cls, checksum, state)``: a categorical, datetime,
+    timedelta, period or string array, its data checked against its dtype."""
+    array = _NDARRAY_BACKED(args, context)
+    _backed_state(array)
+    return array
+
+
+_NDARRAY_BACKED = cython_state("pandas._libs.arrays.NDArrayBacked", "__pyx_unpickle_NDArrayBacked")
 
 
 def _pandas_timestamp(args: tuple[Any, ...], context: Context) -> Any:
@@ -108,9 +164,7 @@ FAMILIES = (
 
 #: The reconstructors of pandas, by import path.
 RECONSTRUCTORS: dict[str, Reconstructor] = {
-    "pandas._libs.arrays.__pyx_unpickle_NDArrayBacked": Reconstructor(
-        cython_state("pandas._libs.arrays.NDArrayBacked", "__pyx_unpickle_NDArrayBacked"), _PANDAS
-    ),
+    "pandas._libs.arrays.__pyx_unpickle_NDArrayBacked": Reconstructor(_ndarray_backed, _PANDAS),
     "pandas._libs.interval.__pyx_unpickle_IntervalMixin": Reconstructor(
         cython_state("pandas._libs.interval.IntervalMixin", "__pyx_unpickle_IntervalMixin"), _PANDAS
     ),
@@ -125,3 +179,5 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
         for name in ("_nat_unpickle", "__nat_unpickle")  # pandas 3, pandas 2
     },
 }
+#: Checks of a state that ``BUILD`` set, by the import path of the class.
+STATE_CHECKS = {"pandas._libs.arrays.NDArrayBacked": _backed_state}

@@ -42,9 +42,11 @@ def _collection(cls: type) -> Check:
 def _bytearray(args: tuple[Any, ...], context: Context) -> bytearray:
     check_arity(args, 0, 2, "bytearray")
     if len(args) == 2:
-        return bytearray(_latin1(args, context))
+        args = (_latin1(args, context),)
     if args and type(args[0]) not in (bytes, bytearray):
         raise CorruptError(f"bytearray() takes bytes in safe mode, not {type(args[0]).__name__}")
+    if args:
+        context.copying(len(args[0]))
     return bytearray(*args)
 
 
@@ -52,6 +54,8 @@ def _bytes(args: tuple[Any, ...], context: Context) -> bytes:
     check_arity(args, 0, 1, "bytes")
     if args and not isinstance(args[0], (bytes, bytearray)):
         raise CorruptError(f"bytes() takes bytes in safe mode, not {type(args[0]).__name__}")
+    if args and type(args[0]) is not bytes:  # bytes(b) of bytes is b itself
+        context.copying(len(args[0]))
     return bytes(*args)
 
 
@@ -61,6 +65,7 @@ def _latin1(args: tuple[Any, ...], context: Context) -> bytes:
     text, encoding = args
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
         raise CorruptError(f"bytes are encoded from a str as latin1 in safe mode, not {args!r:.80}")
+    context.copying(len(text))
     return text.encode("latin-1")
 
 
@@ -140,14 +145,26 @@ def _timezone(args: tuple[Any, ...], context: Context) -> datetime.timezone:
     return datetime.timezone(*args)
 
 
+#: The most bits of a whole number given to ``Decimal`` or ``Fraction`` (whose conversion
+#: of a number of n bits takes time in n squared).
+_MAX_BITS = 1 << 16
+
+
 def _string_number(cls: type, text: re.Pattern[str]) -> Check:
     """``Decimal(text)`` and ``Fraction(numerator, denominator)``: whole numbers, or text that
     ``text`` matches (no exponent for a Fraction: ``"1e1000000000"`` would compute 10**10**9)."""
 
     def check(args: tuple[Any, ...], context: Context) -> Any:
         check_arity(args, 1, 2, cls.__name__)
-        if not all(type(arg) is int or (type(arg) is str and len(arg) < 10_000 and text.match(arg)) for arg in args):
-            raise CorruptError(f"{cls.__name__} takes text or whole numbers in safe mode, not {args!r:.80}")
+        if not all(
+            (type(arg) is int and arg.bit_length() <= _MAX_BITS)
+            or (type(arg) is str and len(arg) < 10_000 and text.match(arg))
+            for arg in args
+        ):
+            raise CorruptError(
+                f"{cls.__name__} takes text or whole numbers of at most {_MAX_BITS} bits in safe mode, "
+                f"not {[type(arg).__name__ for arg in args]}"
+            )
         return cls(*args)
 
     return check

@@ -1,0 +1,150 @@
+"""Forged pickles of a few bytes that would make a restricted load allocate gigabytes, run for
+minutes or read outside memory: each is refused with a `LoadError` before the work is done
+(blpickle.restricted: the budget of copies, the checks of shapes, numbers and pandas data)."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+import blpickle
+
+P = pickle
+
+
+class Reduced:
+    """Pickles as ``func(*args)``, with ``state`` for BUILD if given."""
+
+    def __init__(self, func, args, state=None) -> None:
+        self.value = (func, args) if state is None else (func, args, state)
+
+    def __reduce__(self):
+        return self.value
+
+
+def _global(module: str, name: str) -> bytes:
+    return (
+        P.SHORT_BINUNICODE
+        + bytes([len(module)])
+        + module.encode()
+        + P.SHORT_BINUNICODE
+        + bytes([len(name)])
+        + name.encode()
+        + P.STACK_GLOBAL
+    )
+
+
+def _copies(count: int, size: int = 1 << 20) -> bytes:
+    """A list of ``count`` bytearrays, each a copy of the same memoized ``size`` bytes."""
+    memo = struct.Struct("<I")
+    out = bytearray(b"\x80\x04" + P.EMPTY_LIST)
+    out += P.BINBYTES8 + struct.pack("<Q", size) + b"\0" * size + P.LONG_BINPUT + memo.pack(0) + P.POP
+    out += _global("builtins", "bytearray") + P.LONG_BINPUT + memo.pack(1) + P.POP
+    one = P.LONG_BINGET + memo.pack(1) + P.LONG_BINGET + memo.pack(0) + P.TUPLE1 + P.REDUCE + P.APPEND
+    return bytes(out + one * count + P.STOP)
+
+
+def test_the_same_bytes_copied_again_and_again_are_refused():
+    few = blpickle.loads(_copies(3), safe=True)  # a copy or two of what the pickle holds is what it means
+    assert [len(copy) for copy in few] == [1 << 20] * 3
+    with pytest.raises(blpickle.LimitError, match="copies over"):  # 100 MiB of copies from 1 MiB
+        blpickle.loads(_copies(100), safe=True)
+
+
+def test_arrays_copied_from_the_same_bytes_are_refused():
+    from numpy._core.multiarray import _reconstruct
+
+    data = b"\0" * (1 << 20)
+    array = Reduced(_reconstruct, (np.ndarray, (0,), b"b"), (1, (len(data),), np.dtype("u1"), False, data))
+    assert blpickle.loads(pickle.dumps([array] * 1, protocol=4), safe=True)[0].nbytes == len(data)
+    # the same state object, memoized: one BUILD per element, each a copy of the read-only bytes
+    many = pickle.dumps([Reduced(_reconstruct, (np.ndarray, (0,), b"b"), array.value[2]) for _ in range(100)])
+    with pytest.raises(blpickle.LimitError, match="copies over"):
+        blpickle.loads(many, safe=True)
+
+
+def test_a_subarray_dtype_of_objects_is_refused():
+    from numpy._core.multiarray import _reconstruct
+
+    n = 10**7  # each element would be 10**7 object pointers
+    dtype = Reduced(np.dtype, (f"V{8 * n}", False, True), (3, "|", (np.dtype("O"), (n,)), None, None, 8 * n, 8, 63))
+    array = Reduced(_reconstruct, (np.ndarray, (0,), b"b"), (1, (1,), dtype, False, [None]))
+    with pytest.raises(blpickle.CorruptError, match="subarray dtype of objects"):
+        blpickle.loads(pickle.dumps(array, protocol=2), safe=True)
+
+
+def test_shapes_of_huge_ints_are_refused_before_any_arithmetic():
+    from numpy._core.multiarray import _reconstruct
+
+    huge = 1 << 4000
+    state = (1, (huge,) * 2000, np.dtype("u1"), False, b"")  # math.prod of these takes minutes
+    with pytest.raises(blpickle.CorruptError, match="tuple of sizes"):
+        blpickle.loads(pickle.dumps(Reduced(_reconstruct, (np.ndarray, (0,), b"b"), state)), safe=True)
+
+
+@pytest.mark.parametrize("name", ["Decimal", "Fraction"])
+def test_numbers_of_millions_of_bits_are_refused(name):
+    import decimal
+    import fractions
+
+    cls = {"Decimal": decimal.Decimal, "Fraction": fractions.Fraction}[name]
+    assert blpickle.loads(pickle.dumps(cls(12345)), safe=True) == 12345
+    with pytest.raises(blpickle.CorruptError, match="whole numbers of at most"):
+        blpickle.loads(pickle.dumps(Reduced(cls, (1 << 4_000_000,))), safe=True)  # Decimal: ~30 s
+
+
+def test_a_pandas_axis_of_any_length_is_refused_before_it_is_built():
+    pd = pytest.importorskip("pandas")
+    from pandas.core.internals.managers import BlockManager
+
+    manager = Reduced(BlockManager, ((), [pd.RangeIndex(10**12), pd.RangeIndex(0)]))  # 8 TB of positions
+    with pytest.raises(blpickle.CorruptError, match="place each of its"):
+        blpickle.loads(pickle.dumps(manager, protocol=5), allowed=["pandas.*"])
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"data": "range", "dtype": "float64"},  # a RangeIndex materialized as floats
+        {"data": "range"},
+        {"data": np.zeros(1000, np.uint8), "dtype": "S300000"},  # each byte made 300 KB
+    ],
+    ids=["astype", "range as data", "bytes dtype"],
+)
+def test_pandas_index_fields_are_what_pandas_writes(fields):
+    pd = pytest.importorskip("pandas")
+    from pandas.core.indexes.base import _new_Index
+
+    fields = {
+        key: pd.RangeIndex(10**12) if isinstance(value, str) and value == "range" else value
+        for key, value in fields.items()
+    }
+    with pytest.raises(blpickle.CorruptError, match="_new_Index takes"):
+        blpickle.loads(pickle.dumps(Reduced(_new_Index, (pd.Index, fields)), protocol=5), allowed=["pandas.*"])
+
+
+def _forged_categorical(pd, codes):
+    fn, args, state = pd.Categorical([10, 20]).__reduce_ex__(5)
+    return Reduced(fn, args, (state[0], codes))
+
+
+@pytest.mark.parametrize("codes", [np.array([0, 2**40]), np.array([0, -2]), np.array([0.0, 1.0])])
+def test_categorical_codes_must_name_a_category(codes):
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(blpickle.CorruptError, match="Categorical's codes"):
+        blpickle.loads(pickle.dumps(_forged_categorical(pd, codes), protocol=5), allowed=["pandas.*"])
+    cat = pd.Categorical(["a", None, "b"])
+    assert blpickle.loads(blpickle.dumps(cat), allowed=["pandas.*"]).equals(cat)
+
+
+def test_datetime_arrays_hold_data_of_their_dtype():
+    pd = pytest.importorskip("pandas")
+    dates = pd.array(pd.date_range("2020-01-01", periods=3, tz="UTC"))
+    fn, args, state = dates.__reduce_ex__(5)
+    forged = Reduced(fn, args, (state[0], np.zeros(3, np.int8), *state[2:]))  # (dtype, data, attributes)
+    with pytest.raises(blpickle.CorruptError, match="cannot hold data of int8"):
+        blpickle.loads(pickle.dumps(forged, protocol=5), allowed=["pandas.*"])
+    assert blpickle.loads(blpickle.dumps(dates), allowed=["pandas.*"]).equals(dates)
