@@ -680,6 +680,62 @@ def test_a_dispatch_table_set_on_the_instance_is_honoured():
     _assert_table_used_and_array_out_of_band(out.getvalue(), array)
 
 
+def test_the_pickler_keeps_the_dispatch_table_its_caller_set():
+    pickler = blpickle.Pickler(io.BytesIO())
+    with pytest.raises(AttributeError):  # as with pickle.Pickler: none set
+        pickler.dispatch_table  # noqa: B018
+    pickler.dump(np.arange(10))
+    with pytest.raises(AttributeError):
+        pickler.dispatch_table  # noqa: B018
+    table = {Point: _reduce_point_times_ten}
+    pickler.dispatch_table = table
+    pickler.dump([Point(1)])
+    assert pickler.dispatch_table is table
+
+
+@pytest.mark.parametrize("dump", [blpickle.dumps, lambda obj: _dump_with(blpickle.Pickler, obj)])
+def test_copyreg_registrations_made_between_dumps_are_used(dump, monkeypatch):
+    assert blpickle.loads(dump([Point(1), Point(2)]))[1].x == 2  # each type is looked up once a dump
+    monkeypatch.setitem(copyreg.dispatch_table, Point, _reduce_point_times_ten)
+    assert [p.x for p in blpickle.loads(dump([Point(1), Point(2)]))] == [10, 20]
+    monkeypatch.delitem(copyreg.dispatch_table, Point)
+    assert blpickle.loads(dump([Point(1)]))[0].x == 1
+
+
+def _dump_with(cls, obj) -> bytes:
+    out = io.BytesIO()
+    cls(out).dump(obj)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("cls", [blpickle.Pickler, blpickle.CloudPickler])
+def test_every_kind_of_object_reduces_as_pickle_reduces_it(cls):
+    import abc
+    import collections
+    import enum
+
+    class Color(enum.Enum):
+        RED = 1
+
+    obj = [
+        Point(3),
+        complex(1, 2),  # copyreg's reducer
+        range(5),  # its own __reduce_ex__
+        collections.OrderedDict(a=1),
+        abc.ABC,  # a class whose type is a metaclass: saved by name
+        collections.abc.Sequence,
+        np.float64(2.5),
+        np.dtype(">i4"),
+        np.arange(3),
+    ]
+    loaded = blpickle.loads(_dump_with(cls, obj))
+    assert loaded[0].x == 3 and loaded[1:4] == obj[1:4] and loaded[4] is abc.ABC
+    assert loaded[5] is collections.abc.Sequence and loaded[6] == obj[6] and loaded[7] == obj[7]
+    assert_same_array(obj[8], loaded[8])
+    if cls is blpickle.CloudPickler:  # classes of the test module travel by value
+        assert blpickle.loads(_dump_with(cls, Color.RED)).value == 1
+
+
 def test_cloudpickler_needs_no_pickler_option():
     for options in ({}, {"pickler": "cloudpickle"}, {"preset": "fast"}, {"codec": None}):
         out = io.BytesIO()
