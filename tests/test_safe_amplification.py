@@ -1,9 +1,13 @@
 """Forged pickles of a few bytes that would make a restricted load allocate gigabytes, run for
-minutes or read outside memory: each is refused with a `LoadError` before the work is done
-(blpickle.restricted: the budget of copies, the checks of shapes, numbers and pandas data)."""
+minutes or leave objects that read outside memory when used: each is refused with a
+`LoadError` before the work is done (blpickle.restricted: the budget of copies, the checks of
+shapes, numbers, pandas and scikit-learn states, one state per object)."""
 
 from __future__ import annotations
 
+import collections
+import copyreg
+import io
 import pickle
 import struct
 
@@ -148,3 +152,104 @@ def test_datetime_arrays_hold_data_of_their_dtype():
     with pytest.raises(blpickle.CorruptError, match="cannot hold data of int8"):
         blpickle.loads(pickle.dumps(forged, protocol=5), allowed=["pandas.*"])
     assert blpickle.loads(blpickle.dumps(dates), allowed=["pandas.*"]).equals(dates)
+
+
+class _New:
+    """Pickles (with `_dumps`) as ``cls.__new__(cls)`` (NEWOBJ), then BUILD of ``state``."""
+
+    def __init__(self, cls, state) -> None:
+        self.cls, self.state = cls, state
+
+
+class _Again:
+    """Pickles as BUILD of ``state`` on ``target`` (a memo reference when pickled before): a
+    second state for an object that has one."""
+
+    def __init__(self, target, state) -> None:
+        self.target, self.state = target, state
+
+
+class _Pickler(pickle._Pickler):  # the Python pickler, which can write a BUILD on its own
+    def save(self, obj, save_persistent_id=True):
+        if type(obj) is _Again:
+            self.save(obj.target)
+            self.save(obj.state)
+            self.write(pickle.BUILD)
+            return
+        if type(obj) is _New:
+            self.save(obj.cls)
+            self.save(())
+            self.write(pickle.NEWOBJ)
+            self.memoize(obj)
+            self.save(obj.state)
+            self.write(pickle.BUILD)
+            return
+        super().save(obj, save_persistent_id)
+
+
+def _dumps(obj) -> bytes:
+    out = io.BytesIO()
+    _Pickler(out, protocol=4).dump(obj)
+    return out.getvalue()
+
+
+def test_scalars_and_containers_of_the_same_data_are_copies_too():
+    from numpy._core.multiarray import scalar
+
+    data = b"\1" * (1 << 20)
+    scalars = [Reduced(scalar, (np.dtype(f"S{len(data)}"), data)) for _ in range(100)]
+    with pytest.raises(blpickle.LimitError, match="copies over"):
+        blpickle.loads(pickle.dumps(scalars, protocol=4), safe=True)
+    items = list(range(200_000))
+    for cls in (set, collections.deque):
+        assert len(blpickle.loads(pickle.dumps(Reduced(cls, (items,))), safe=True)) == len(items)
+        with pytest.raises(blpickle.LimitError, match="copies over"):
+            blpickle.loads(pickle.dumps([Reduced(cls, (items,)) for _ in range(100)]), safe=True)
+
+
+def test_an_object_gets_its_state_once():
+    pd = pytest.importorskip("pandas")
+    cat = pd.Categorical(np.arange(1000))
+    shrunk = _Again(cat.dtype, {"categories": pd.Index(["x"], dtype=object), "ordered": False})
+    with pytest.raises(blpickle.CorruptError, match="has its state already"):  # its codes were checked
+        blpickle.loads(_dumps([pd.Series(cat), shrunk]), allowed=["pandas.*"])
+    frame = pd.DataFrame({"x": np.arange(3.0)})
+    again = _Again(frame._mgr, frame._mgr.__reduce_ex__(4)[2] if len(frame._mgr.__reduce_ex__(4)) > 2 else {})
+    with pytest.raises(blpickle.CorruptError, match="has its state already"):
+        blpickle.loads(_dumps([frame, again]), allowed=["pandas.*"])
+
+
+def test_a_series_manager_holds_as_many_values_as_labels():
+    pd = pytest.importorskip("pandas")
+    from pandas.core.internals.managers import SingleBlockManager
+
+    axes = [pd.RangeIndex(10**6)]
+    values = np.array(["x"], dtype=object)
+    blocks = [{"values": values, "mgr_locs": slice(0, 1, 1)}]
+    manager = _New(SingleBlockManager, (axes, [values], axes, {"0.14.1": {"axes": axes, "blocks": blocks}}))
+    state = {**pd.Series(["x"]).__reduce_ex__(4)[2], "_mgr": manager}
+    with pytest.raises(blpickle.CorruptError, match="does not fit its 1000000 rows"):
+        blpickle.loads(_dumps(_New(pd.Series, state)), allowed=["pandas.*"])
+    series = pd.Series(["x", "y"], index=[3, 4])
+    assert blpickle.loads(pickle.dumps(series), allowed=["pandas.*"]).equals(series)
+
+
+def test_a_pandas_index_is_not_built_from_a_state():
+    pd = pytest.importorskip("pandas")
+    level, codes = pd.Index(["x"], dtype=object), np.array([0, 10**6])
+    state = {"_levels": [level], "_codes": [codes], "_names": [None], "sortorder": None, "_cache": {}}
+    forged = Reduced(copyreg._reconstructor, (pd.MultiIndex, object, None), state)
+    with pytest.raises(blpickle.CorruptError, match="with _new_Index, not from a state"):
+        blpickle.loads(pickle.dumps(forged, protocol=4), allowed=["pandas.*"])
+
+
+def test_a_binary_tree_indexes_rows_of_its_data():
+    neighbors = pytest.importorskip("sklearn.neighbors")
+    from sklearn.neighbors._kd_tree import newObj
+
+    tree = neighbors.KDTree(np.random.default_rng(0).random((40, 2)), leaf_size=5)
+    state = list(tree.__getstate__())
+    state[1] = np.full_like(np.asarray(state[1]), 10**8)
+    with pytest.raises(blpickle.CorruptError, match="indices must name the 40 rows"):
+        blpickle.loads(pickle.dumps(Reduced(newObj, (neighbors.KDTree,), tuple(state))), allowed=["sklearn.*"])
+    assert blpickle.loads(pickle.dumps(tree), allowed=["sklearn.*"]).query(np.zeros((1, 2)))[1].shape == (1, 1)

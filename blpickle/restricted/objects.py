@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import CorruptError, UnsafeLoadError
 from .numpy_state import Pending
 from .policy import Admitted, Policy
-from .registry import STATE_CHECKS, Context, call_member, load_callable
+from .registry import STATE_CHECKS, STATE_GUARDS, Context, call_member, load_callable
 
 __all__ = [
     "CallerError",
@@ -91,7 +91,7 @@ def call(func: Any, args: Any, grant: Admitted | None, policy: Policy, context: 
         if not args:
             return _run(func.__new__, (func,))
         if policy.family(func):
-            return call_member(func, args)
+            return context.built(call_member(func, args))
     raise UnsafeLoadError(
         *_names(func),
         "the pickle calls it with arguments, and only names given exactly are called: "
@@ -153,6 +153,11 @@ def set_state(obj: Any, state: Any) -> None:
         raise CorruptError(f"safe mode sets the state of no {type(obj).__module__}.{type(obj).__qualname__} object")
     if kinds is not None and type(state) not in kinds:
         raise CorruptError(f"a {type(obj).__qualname__}'s state is not a {type(state).__name__}")
+    paths = [f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__]
+    for path in paths:
+        guard = STATE_GUARDS.get(path)
+        if guard is not None:
+            guard(obj, state)
     if kinds is None:
         _run(_apply_state, (obj, state))
     else:  # numpy's own state, set through numpy's checks: what they refuse is a damaged pickle
@@ -160,8 +165,8 @@ def set_state(obj: Any, state: Any) -> None:
             _apply_state(obj, state)
         except Exception as exc:
             raise CorruptError(f"numpy refuses the state of a {type(obj).__qualname__}: {exc}") from None
-    for cls in type(obj).__mro__:
-        check = STATE_CHECKS.get(f"{cls.__module__}.{cls.__qualname__}")
+    for path in paths:
+        check = STATE_CHECKS.get(path)
         if check is not None:
             check(obj)
 

@@ -18,7 +18,17 @@ from .reconstructors import numpy, pandas, sklearn, stdlib
 from .reconstructors.checks import Context, Family, Reconstructor, call_member
 from .reconstructors.stdlib import load_callable
 
-__all__ = ["FAMILIES", "REGISTRY", "STATE_CHECKS", "Context", "Family", "Reconstructor", "call_member", "load_callable"]
+__all__ = [
+    "FAMILIES",
+    "REGISTRY",
+    "STATE_CHECKS",
+    "STATE_GUARDS",
+    "Context",
+    "Family",
+    "Reconstructor",
+    "call_member",
+    "load_callable",
+]
 
 #: The vetted reconstructors, by import path (pickle's ``module.name``).
 REGISTRY: dict[str, Reconstructor] = {
@@ -32,3 +42,6 @@ FAMILIES: tuple[Family, ...] = pandas.FAMILIES
 #: Checks of an object's state after ``BUILD`` set it, by the import path of its class (or a
 #: base): for states whose library checks their types but not their values.
 STATE_CHECKS: dict[str, Callable[[Any], None]] = {**numpy.STATE_CHECKS, **pandas.STATE_CHECKS, **sklearn.STATE_CHECKS}
+#: Checks of a state before ``BUILD`` sets it, by the import path of the object's class (or a
+#: base): for states that a library acts on as it sets them.
+STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = pandas.STATE_GUARDS

@@ -31,11 +31,25 @@ class Context:
         admitted: whether a class is one the load admits (by the policy, whichever name
             the pickle used for it).
         copies: the load's budget of bytes that checks copy (None: unlimited).
+        built: records an object made whole, with its state (None: nothing records).
     """
 
-    def __init__(self, admitted: Callable[[Any], bool], copies: Budget | None = None) -> None:
+    def __init__(
+        self,
+        admitted: Callable[[Any], bool],
+        copies: Budget | None = None,
+        built: Callable[[Any], None] | None = None,
+    ) -> None:
         self.admitted = admitted
         self._copies = copies
+        self._built = built
+
+    def built(self, obj: Any) -> Any:
+        """Return ``obj``, recorded as made whole: the load refuses to set its state again
+        (a BUILD after the checks of what it was built from)."""
+        if self._built is not None:
+            self._built(obj)
+        return obj
 
     def copying(self, nbytes: int) -> None:
         """Count ``nbytes`` that a check is about to allocate for a copy.
@@ -110,6 +124,7 @@ def cython_state(base: str, what: str) -> Check:
         module, _, name = base.rpartition(".")
         cls, checksum, state = check_types(args, ((type,), (int,), (tuple, type(None))), what)
         context.subclass(cls, getattr(importlib.import_module(module), name), what)
-        return getattr(importlib.import_module(module), what)(cls, checksum, state)
+        made = getattr(importlib.import_module(module), what)(cls, checksum, state)
+        return made if state is None else context.built(made)  # without a state, BUILD sets it
 
     return check

@@ -58,6 +58,7 @@ def _scalar(args: tuple[Any, ...], context: Context) -> Any:
     data = args[1] if len(args) == 2 else b""
     if dtype.hasobject or type(data) is not bytes or len(data) != dtype.itemsize:
         raise CorruptError(f"a numpy scalar of dtype {dtype} needs {dtype.itemsize} bytes, not {data!r:.80}")
+    context.copying(dtype.itemsize)
     try:
         return _SCALAR(dtype, data)
     except Exception as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from ...errors import CorruptError
 from .checks import Check, Context, Family, Reconstructor, check_arity, check_types, cython_state
 
-__all__ = ["FAMILIES", "RECONSTRUCTORS", "STATE_CHECKS"]
+__all__ = ["FAMILIES", "RECONSTRUCTORS", "STATE_CHECKS", "STATE_GUARDS"]
 
 #: The package pattern a caller allows for these to be called.
 _PANDAS = "pandas"
@@ -39,7 +40,7 @@ def _pandas_index(function: str) -> Check:
         if data is not None and not isinstance(data, (np.ndarray, pandas.api.extensions.ExtensionArray)):
             raise CorruptError(f"{function} takes its data as an array, not a {type(data).__name__}")
         module = "pandas.core.indexes.datetimes" if "Datetime" in function else "pandas.core.indexes.base"
-        return getattr(importlib.import_module(module), function)(cls, fields)
+        return context.built(getattr(importlib.import_module(module), function)(cls, fields))
 
     return check
 
@@ -55,7 +56,7 @@ def _pandas_block(args: tuple[Any, ...], context: Context) -> Any:
     )
     if ndim not in (1, 2):
         raise CorruptError(f"a pandas block has 1 or 2 dimensions, not {ndim}")
-    return internals._unpickle_block(values, placement, ndim)
+    return context.built(internals._unpickle_block(values, placement, ndim))
 
 
 def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
@@ -79,7 +80,7 @@ def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
     placed = np.concatenate([block.mgr_locs.as_array for block in blocks]) if blocks else np.zeros(0, np.intp)
     if not np.array_equal(np.sort(placed), np.arange(len(axes[0]))):
         raise CorruptError(f"a pandas BlockManager's blocks must place each of its {len(axes[0])} columns once")
-    return importlib.import_module("pandas.core.internals.managers").BlockManager(blocks, axes)
+    return context.built(importlib.import_module("pandas.core.internals.managers").BlockManager(blocks, axes))
 
 
 def _backed_state(array: Any) -> None:
@@ -180,4 +181,76 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
     },
 }
 #: Checks of a state that ``BUILD`` set, by the import path of the class.
-STATE_CHECKS = {"pandas._libs.arrays.NDArrayBacked": _backed_state}
+STATE_CHECKS: dict[str, Callable[[Any], None]] = {"pandas._libs.arrays.NDArrayBacked": _backed_state}
+
+
+def _placement_length(placement: Any) -> int:
+    """The number of positions a block's placement names, without building them: a slice of
+    ints (any length in a few bytes), an array of ints, or a BlockPlacement.
+
+    Raises:
+        CorruptError: for anything else.
+    """
+    internals = importlib.import_module("pandas._libs.internals")
+    if isinstance(placement, slice):
+        parts = (placement.start or 0, placement.stop, 1 if placement.step is None else placement.step)
+        if all(type(part) is int for part in parts) and parts[0] >= 0 and parts[2] > 0:
+            return len(range(*parts))
+    elif (isinstance(placement, np.ndarray) and placement.ndim == 1 and placement.dtype.kind in "iu") or isinstance(
+        placement, internals.BlockPlacement
+    ):
+        return len(placement)
+    raise CorruptError(f"a pandas block's placement must be a slice or an array of positions, not {placement!r:.80}")
+
+
+def _manager_state(manager: Any, state: Any) -> None:
+    """Check the state that pandas' managers pickle (format "0.14.1": axes, and blocks of
+    values and placements) before pandas sets it: its axes and blocks must agree in size,
+    which pandas does not check (a Series of a million labels on one value reads outside
+    memory), and a placement is built only once its size is known to fit.
+
+    Raises:
+        CorruptError: for any other state.
+    """
+    pandas = importlib.import_module("pandas")
+    try:
+        axes, blocks = state[3]["0.14.1"]["axes"], state[3]["0.14.1"]["blocks"]
+    except (TypeError, KeyError, IndexError):
+        raise CorruptError("a pandas block manager's state must be the one pandas writes (format 0.14.1)") from None
+    if not (
+        type(axes) is list
+        and len(axes) in (1, 2)
+        and all(isinstance(axis, pandas.Index) for axis in axes)
+        and type(blocks) is list
+        and all(type(block) is dict and {"values", "mgr_locs"} <= block.keys() for block in blocks)
+    ):
+        raise CorruptError("a pandas block manager's state holds one or two indexes and blocks of values")
+    rows = len(axes[-1])
+    items = 0
+    for block in blocks:
+        values, length = block["values"], _placement_length(block["mgr_locs"])
+        if not isinstance(values, (np.ndarray, pandas.api.extensions.ExtensionArray)):
+            raise CorruptError(f"a pandas block's values must be an array, not a {type(values).__name__}")
+        one_column = len(axes) == 1 or values.ndim == 1
+        shape = (rows,) if len(axes) == 1 else (rows,) if one_column else (length, rows)
+        if values.shape != shape or (len(axes) == 2 and one_column and length != 1):
+            raise CorruptError(f"a pandas block of shape {values.shape} does not fit its {rows} rows")
+        items += length
+    if len(axes) == 2 and items != len(axes[0]):
+        raise CorruptError(f"a pandas block manager's blocks must place each of its {len(axes[0])} columns once")
+    if len(axes) == 1 and len(blocks) != 1:
+        raise CorruptError("a pandas Series' manager holds one block")
+
+
+def _index_state(index: Any, state: Any) -> None:
+    """pandas writes indexes with ``_new_Index``, never as a state to set: refuse one (its
+    levels, codes or data would bypass that function's checks)."""
+    raise CorruptError(f"safe mode builds a pandas {type(index).__name__} with _new_Index, not from a state")
+
+
+#: Checks of a state before ``BUILD`` sets it, by the import path of the class (or a base):
+#: for states that pandas trusts and acts on as it sets them.
+STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = {
+    "pandas.core.internals.managers.BaseBlockManager": _manager_state,
+    **{f"{module}.Index": _index_state for module in ("pandas", "pandas.core.indexes.base")},  # pandas 3, 2
+}

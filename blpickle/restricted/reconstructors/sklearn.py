@@ -52,8 +52,26 @@ def _tree_state(tree: Any) -> None:
         raise CorruptError("a sklearn Tree's nodes must split on features it has")
 
 
+def _binary_tree_state(tree: Any) -> None:
+    """Check a KDTree's or BallTree's arrays: its indices name rows of its data, its nodes
+    ranges of its indices, and its bounds cover its nodes: sklearn's ``__setstate__``
+    checks none, and a query follows them through memory."""
+    data, indices, nodes, bounds, _, levels = tree.__getstate__()[:6]
+    rows = len(data)
+    if len(indices) != rows or (rows and not ((indices >= 0) & (indices < rows)).all()):
+        raise CorruptError(f"a sklearn binary tree's indices must name the {rows} rows of its data")
+    starts, ends = nodes["idx_start"], nodes["idx_end"]
+    if len(nodes) and not ((starts >= 0) & (starts <= ends) & (ends <= rows)).all():
+        raise CorruptError("a sklearn binary tree's nodes must hold ranges of its indices")
+    if len(nodes) != 2**levels - 1 or bounds.shape[1:2] != (len(nodes),):
+        raise CorruptError("a sklearn binary tree's levels, nodes and bounds must agree")
+
+
 #: Checks of a sklearn object's state after ``BUILD`` set it, by the import path of its class.
-STATE_CHECKS: dict[str, Callable[[Any], None]] = {"sklearn.tree._tree.Tree": _tree_state}
+STATE_CHECKS: dict[str, Callable[[Any], None]] = {
+    "sklearn.tree._tree.Tree": _tree_state,
+    **{f"sklearn.neighbors.{module}.BinaryTree64": _binary_tree_state for module in ("_kd_tree", "_ball_tree")},
+}
 
 #: The reconstructors of scikit-learn, by import path.
 RECONSTRUCTORS: dict[str, Reconstructor] = {

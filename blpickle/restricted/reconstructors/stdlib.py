@@ -29,11 +29,20 @@ _RECONSTRUCTOR_BASES = (list, dict, set, frozenset, tuple, int, float, complex, 
 # -- builtins -----------------------------------------------------------------------------
 
 
+def _copying_items(args: tuple[Any, ...], context: Context, position: int = 0, size: int = 32) -> None:
+    """Count the copy of the items of the container ``args[position]``, if given, at ``size``
+    bytes each (a hash table's slots; a pointer in a sequence): the same list named again and
+    again from the memo is not copied each time."""
+    if len(args) > position and isinstance(args[position], (list, tuple, set, frozenset, dict)):
+        context.copying(size * len(args[position]))
+
+
 def _collection(cls: type) -> Check:
     def check(args: tuple[Any, ...], context: Context) -> Any:
         check_arity(args, 0, 1, cls.__name__)
         if args and not isinstance(args[0], (list, tuple, set, frozenset, dict)):
             raise CorruptError(f"{cls.__name__}() takes a list in safe mode, not {type(args[0]).__name__}")
+        _copying_items(args, context)
         return cls(*args)
 
     return check
@@ -88,6 +97,7 @@ def _ordered_dict(args: tuple[Any, ...], context: Context) -> OrderedDict[Any, A
     check_arity(args, 0, 1, "OrderedDict")
     if args and not isinstance(args[0], (list, dict)):
         raise CorruptError(f"OrderedDict() takes a list of pairs in safe mode, not {type(args[0]).__name__}")
+    _copying_items(args, context)
     return OrderedDict(*args)
 
 
@@ -99,6 +109,7 @@ def _defaultdict(args: tuple[Any, ...], context: Context) -> defaultdict[Any, An
         )
     if len(args) == 2 and not isinstance(args[1], dict):
         raise CorruptError(f"defaultdict()'s items must be a dict, not {type(args[1]).__name__}")
+    _copying_items(args, context, 1)
     return defaultdict(*args)
 
 
@@ -106,6 +117,7 @@ def _counter(args: tuple[Any, ...], context: Context) -> Counter[Any]:
     check_arity(args, 0, 1, "Counter")
     if args and not isinstance(args[0], dict):
         raise CorruptError(f"Counter() takes a dict in safe mode, not {type(args[0]).__name__}")
+    _copying_items(args, context)
     return Counter(*args)
 
 
@@ -115,6 +127,7 @@ def _deque(args: tuple[Any, ...], context: Context) -> deque[Any]:
         raise CorruptError(f"deque() takes a list in safe mode, not {type(args[0]).__name__}")
     if len(args) == 2 and not (args[1] is None or type(args[1]) is int):
         raise CorruptError(f"a deque's maxlen is an int, not {args[1]!r:.80}")
+    _copying_items(args, context, size=8)
     return deque(*args)
 
 
