@@ -17,11 +17,8 @@ touching each page: the part of any load that no codec avoids).
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
-import shlex
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,6 +32,7 @@ import blpickle
 import blpickle.engine.policy
 
 from .datasets import ENTROPIES, make_array
+from .report import write_result
 
 #: The paper's datasets, and float32 weights.
 DATASETS = (*ENTROPIES, "weights")
@@ -138,7 +136,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON file to write")
     args = parser.parse_args()
     mb, repeat = (8, 2) if args.quick else (args.mb, args.repeat)
-    results = {"command": shlex.join(["python", "-m", "bench.codec_choice", *sys.argv[1:]]), "mb": mb, "rows": []}
+    results: dict = {"mb": mb, "rows": []}
     print(f"{'dataset':8s} {'variant':36s} {'codec':6s} {'dump MB/s':>10s} {'load MB/s':>10s} {'ratio':>8s}")
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "array.blp")
@@ -150,9 +148,7 @@ def main() -> None:
                     f"{entropy:8s} {row['variant']:36s} {row['codec']:6s} {_cell(row['dump_MBps'], '10,.0f'):>10s} "
                     f"{row['load_MBps']:10,.0f} {_cell(row['ratio'], '8.4g'):>8s}"
                 )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
-    print(f"Results: {args.out}")
+    write_result(args.out, "bench.codec_choice", results)
 
 
 if __name__ == "__main__":
