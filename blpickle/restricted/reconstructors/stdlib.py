@@ -31,10 +31,12 @@ _RECONSTRUCTOR_BASES = (list, dict, set, frozenset, tuple, int, float, complex, 
 
 def _copying_items(args: tuple[Any, ...], context: Context, position: int = 0, size: int = 32) -> None:
     """Count the copy of the items of the container ``args[position]``, if given, at ``size``
-    bytes each (a hash table's slots; a pointer in a sequence): the same list named again and
-    again from the memo is not copied each time."""
+    bytes each (a hash table's slots; a pointer in a sequence; a str's or bytes' own bytes at
+    one each): the same list named again and again from the memo is not copied each time."""
     if len(args) > position and isinstance(args[position], (list, tuple, set, frozenset, dict)):
         context.copying(size * len(args[position]))
+    elif len(args) > position and isinstance(args[position], (str, bytes)):
+        context.copying(len(args[position]))
 
 
 def _collection(cls: type) -> Check:
@@ -248,6 +250,7 @@ def _reconstructor(args: tuple[Any, ...], context: Context) -> Any:
     cls, base, state = check_types(args, ((type,), (type,), (object,)), "copyreg._reconstructor")
     from_base = (base is object and state is None) or (base in _RECONSTRUCTOR_BASES and isinstance(state, base))
     if from_base and context.admitted(cls) and issubclass(cls, base):
+        _copying_items(args, context, 2)
         return importlib.import_module("copyreg")._reconstructor(cls, base, state)
     raise CorruptError(
         f"copyreg._reconstructor makes admitted classes from object or a builtin type, not {args!r:.120}"
