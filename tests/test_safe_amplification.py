@@ -253,3 +253,46 @@ def test_a_binary_tree_indexes_rows_of_its_data():
     with pytest.raises(blpickle.CorruptError, match="indices must name the 40 rows"):
         blpickle.loads(pickle.dumps(Reduced(newObj, (neighbors.KDTree,), tuple(state))), allowed=["sklearn.*"])
     assert blpickle.loads(pickle.dumps(tree), allowed=["sklearn.*"]).query(np.zeros((1, 2)))[1].shape == (1, 1)
+
+
+def test_items_of_no_size_are_counted():
+    from numpy._core.multiarray import _reconstruct
+
+    state = (1, (10**15,), np.dtype("V0"), False, b"")  # sorting or copying it would never end
+    with pytest.raises(blpickle.LimitError):
+        blpickle.loads(pickle.dumps(Reduced(_reconstruct, (np.ndarray, (0,), b"b"), state)), safe=True)
+    assert blpickle.loads(pickle.dumps(np.empty((0, 5))), safe=True).shape == (0, 5)
+
+
+def test_a_masked_array_has_a_mask_of_its_data_shape():
+    pd = pytest.importorskip("pandas")
+    forged = _New(pd.arrays.IntegerArray, {"_data": np.arange(1000, dtype=np.int8), "_mask": np.ones(1, bool)})
+    with pytest.raises(blpickle.CorruptError, match="bool mask of its shape"):
+        blpickle.loads(_dumps(forged), allowed=["pandas.*"])
+    ints = pd.array([1, None, 3], dtype="Int64")
+    assert blpickle.loads(blpickle.dumps(ints), allowed=["pandas.*"]).equals(ints)
+
+
+@pytest.mark.parametrize("field", ["feature_idx", "left"])
+def test_a_boosted_tree_splits_on_features_and_nodes_it_has(field):
+    ensemble = pytest.importorskip("sklearn.ensemble")
+    x = np.random.default_rng(0).random((200, 3))
+    model = ensemble.HistGradientBoostingRegressor(max_iter=2, max_depth=2).fit(x, x[:, 0])
+    expected = model.predict(x[:5])
+    assert (blpickle.loads(pickle.dumps(model), allowed=["sklearn.*"]).predict(x[:5]) == expected).all()
+    for trees in model._predictors:
+        for tree in trees:
+            tree.nodes[field][tree.nodes["is_leaf"] == 0] = 10**8
+    with pytest.raises(blpickle.CorruptError, match="sklearn"):
+        blpickle.loads(pickle.dumps(model), allowed=["sklearn.*"])
+
+
+def test_a_libsvm_model_supports_with_rows_it_was_fitted_on():
+    svm = pytest.importorskip("sklearn.svm")
+    x = np.random.default_rng(0).random((40, 3))
+    model = svm.SVC(kernel="precomputed").fit(x @ x.T, (x[:, 0] > 0.5).astype(int))
+    loaded = blpickle.loads(pickle.dumps(model), allowed=["sklearn.*"])
+    assert (loaded.predict(x[:3] @ x.T) == model.predict(x[:3] @ x.T)).all()
+    model.support_ = np.full_like(model.support_, 10**9)
+    with pytest.raises(blpickle.CorruptError, match="support vectors"):
+        blpickle.loads(pickle.dumps(model), allowed=["sklearn.*"])

@@ -127,8 +127,8 @@ def _subarray(subarray: Any, elsize: int) -> np.dtype:
     shape = (shape,) if type(shape) is int else shape
     if not _is_shape(shape):
         raise CorruptError(f"a numpy subarray dtype's shape must be a tuple of sizes, not {shape!r:.80}")
-    if base.hasobject:  # each element would be that many objects, from no data
-        raise CorruptError(f"safe mode loads no subarray dtype of objects ({base}, shape {shape})")
+    if base.hasobject or (not base.itemsize and math.prod(shape) > 1):  # items from no data
+        raise CorruptError(f"safe mode loads no subarray dtype of objects or of empty items ({base}, shape {shape})")
     if math.prod(shape) * base.itemsize != elsize:
         raise CorruptError(f"a numpy subarray dtype of shape {shape} and base {base} cannot hold {elsize} bytes")
     return np.dtype((base, shape))
@@ -177,7 +177,8 @@ def array_from_state(state: Any, copying: Callable[[int], None]) -> np.ndarray:
             raise CorruptError(
                 f"an array of shape {shape} and dtype {dtype} needs {nbytes} bytes, its data holds {view.nbytes}"
             )
-        if not nbytes:
+        if not nbytes:  # items of no size: numpy loops over them all the same
+            copying(count)
             return np.empty(shape, native, order)
         array = np.frombuffer(view, dtype=dtype).reshape(shape, order=order)
         if native is dtype and not view.readonly:

@@ -180,8 +180,40 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
         for name in ("_nat_unpickle", "__nat_unpickle")  # pandas 3, pandas 2
     },
 }
+
+
+def _masked_state(array: Any) -> None:
+    """Check a masked array's state (integer, floating and boolean arrays): a bool mask of
+    its data's shape, and data of its kind; pandas indexes the mask by the data's length.
+
+    Raises:
+        CorruptError: for any other state.
+    """
+    arrays = importlib.import_module("pandas").arrays
+    data, mask = getattr(array, "_data", None), getattr(array, "_mask", None)
+    kinds = next(
+        (
+            kinds
+            for cls, kinds in ((arrays.IntegerArray, "iu"), (arrays.FloatingArray, "f"), (arrays.BooleanArray, "b"))
+            if isinstance(array, cls)
+        ),
+        None,
+    )
+    if not (
+        isinstance(data, np.ndarray)
+        and isinstance(mask, np.ndarray)
+        and mask.dtype == np.bool_
+        and mask.shape == data.shape
+        and (kinds is None or data.dtype.kind in kinds)
+    ):
+        raise CorruptError(f"a pandas {type(array).__name__} needs data of its kind and a bool mask of its shape")
+
+
 #: Checks of a state that ``BUILD`` set, by the import path of the class.
-STATE_CHECKS: dict[str, Callable[[Any], None]] = {"pandas._libs.arrays.NDArrayBacked": _backed_state}
+STATE_CHECKS: dict[str, Callable[[Any], None]] = {
+    "pandas._libs.arrays.NDArrayBacked": _backed_state,
+    "pandas.core.arrays.masked.BaseMaskedArray": _masked_state,
+}
 
 
 def _placement_length(placement: Any) -> int:
@@ -242,6 +274,13 @@ def _manager_state(manager: Any, state: Any) -> None:
         raise CorruptError("a pandas Series' manager holds one block")
 
 
+def _sparse_state(array: Any, state: Any) -> None:
+    """pandas writes a sparse array's state as a dict; its older tuple state would be given to
+    numpy's own ``ndarray.__setstate__``, which trusts it."""
+    if type(state) is not dict:
+        raise CorruptError(f"a pandas SparseArray's state is a dict in safe mode, not a {type(state).__name__}")
+
+
 def _index_state(index: Any, state: Any) -> None:
     """pandas writes indexes with ``_new_Index``, never as a state to set: refuse one (its
     levels, codes or data would bypass that function's checks)."""
@@ -253,4 +292,5 @@ def _index_state(index: Any, state: Any) -> None:
 STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = {
     "pandas.core.internals.managers.BaseBlockManager": _manager_state,
     **{f"{module}.Index": _index_state for module in ("pandas", "pandas.core.indexes.base")},  # pandas 3, 2
+    **{f"{module}.SparseArray": _sparse_state for module in ("pandas.arrays", "pandas.core.arrays.sparse.array")},
 }

@@ -67,10 +67,66 @@ def _binary_tree_state(tree: Any) -> None:
         raise CorruptError("a sklearn binary tree's levels, nodes and bounds must agree")
 
 
+def _predictor_state(predictor: Any) -> None:
+    """Check a HistGradientBoosting tree's nodes: a split's children are nodes of the tree
+    and its categorical bitset one the tree has (prediction follows both through memory)."""
+    nodes, bitsets = getattr(predictor, "nodes", None), getattr(predictor, "raw_left_cat_bitsets", None)
+    fields = ("left", "right", "feature_idx", "is_leaf", "is_categorical", "bitset_idx")
+    if not (
+        isinstance(nodes, np.ndarray)
+        and nodes.ndim == 1
+        and nodes.dtype.names is not None
+        and set(fields) <= set(nodes.dtype.names)
+        and isinstance(bitsets, np.ndarray)
+    ):
+        raise CorruptError("a sklearn TreePredictor needs an array of nodes and of categorical bitsets")
+    splits = nodes[nodes["is_leaf"] == 0]
+    for side in ("left", "right"):
+        if not ((splits[side] >= 0) & (splits[side] < len(nodes))).all():
+            raise CorruptError(f"a sklearn TreePredictor's {side} children must be nodes of the tree")
+    categorical = splits[splits["is_categorical"] != 0]
+    if not ((categorical["bitset_idx"] >= 0) & (categorical["bitset_idx"] < len(bitsets))).all():
+        raise CorruptError("a sklearn TreePredictor's categorical splits must name bitsets it has")
+
+
+def _boosting_state(model: Any) -> None:
+    """Check that a HistGradientBoosting model's trees split on features it has (prediction
+    reads a row's value at each split's feature)."""
+    features = getattr(model, "n_features_in_", None)
+    for predictor in (p for trees in getattr(model, "_predictors", ()) for p in trees):
+        _predictor_state(predictor)
+        splits = predictor.nodes[predictor.nodes["is_leaf"] == 0]
+        if type(features) is not int or not ((splits["feature_idx"] >= 0) & (splits["feature_idx"] < features)).all():
+            raise CorruptError("a sklearn HistGradientBoosting model's trees must split on features it has")
+
+
+def _libsvm_state(model: Any) -> None:
+    """Check that a libsvm model's support vectors name rows it was fitted on and agree with
+    its coefficients (libsvm indexes with them, unchecked, in predict)."""
+    support, shape, counts = (getattr(model, name, None) for name in ("support_", "shape_fit_", "_n_support"))
+    if support is None:  # not fitted
+        return
+    if not (
+        isinstance(support, np.ndarray)
+        and support.ndim == 1
+        and support.dtype.kind in "iu"
+        and type(shape) is tuple
+        and shape
+        and type(shape[0]) is int
+        and isinstance(counts, np.ndarray)
+        and int(counts.sum()) == len(support)
+        and (not len(support) or (support.min() >= 0 and support.max() < shape[0]))
+    ):
+        raise CorruptError("a sklearn libsvm model's support vectors must be rows it was fitted on")
+
+
 #: Checks of a sklearn object's state after ``BUILD`` set it, by the import path of its class.
 STATE_CHECKS: dict[str, Callable[[Any], None]] = {
     "sklearn.tree._tree.Tree": _tree_state,
     **{f"sklearn.neighbors.{module}.BinaryTree64": _binary_tree_state for module in ("_kd_tree", "_ball_tree")},
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor": _predictor_state,
+    "sklearn.ensemble._hist_gradient_boosting.gradient_boosting.BaseHistGradientBoosting": _boosting_state,
+    "sklearn.svm._base.BaseLibSVM": _libsvm_state,
 }
 
 #: The reconstructors of scikit-learn, by import path.
