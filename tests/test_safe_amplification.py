@@ -130,9 +130,15 @@ def test_pandas_index_fields_are_what_pandas_writes(fields):
         blpickle.loads(pickle.dumps(Reduced(_new_Index, (pd.Index, fields)), protocol=5), allowed=["pandas.*"])
 
 
+def _with_data(obj, data):
+    """``obj`` pickled with ``data`` in place of the numpy array in its state (whose layout
+    differs between pandas versions)."""
+    fn, args, state = obj.__reduce_ex__(5)[:3]
+    return Reduced(fn, args, tuple(data if isinstance(part, np.ndarray) else part for part in state))
+
+
 def _forged_categorical(pd, codes):
-    fn, args, state = pd.Categorical([10, 20]).__reduce_ex__(5)
-    return Reduced(fn, args, (state[0], codes))
+    return _with_data(pd.Categorical([10, 20]), codes)
 
 
 @pytest.mark.parametrize("codes", [np.array([0, 2**40]), np.array([0, -2]), np.array([0.0, 1.0])])
@@ -147,8 +153,7 @@ def test_categorical_codes_must_name_a_category(codes):
 def test_datetime_arrays_hold_data_of_their_dtype():
     pd = pytest.importorskip("pandas")
     dates = pd.array(pd.date_range("2020-01-01", periods=3, tz="UTC"))
-    fn, args, state = dates.__reduce_ex__(5)
-    forged = Reduced(fn, args, (state[0], np.zeros(3, np.int8), *state[2:]))  # (dtype, data, attributes)
+    forged = _with_data(dates, np.zeros(3, np.int8))
     with pytest.raises(blpickle.CorruptError, match="cannot hold data of int8"):
         blpickle.loads(pickle.dumps(forged, protocol=5), allowed=["pandas.*"])
     assert blpickle.loads(blpickle.dumps(dates), allowed=["pandas.*"]).equals(dates)
