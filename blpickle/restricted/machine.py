@@ -114,13 +114,13 @@ class Machine:
         self._buffer_bytes = 0  # of the out-of-band buffers taken so far
         #: id -> each object whose state is set (by BUILD, or by the reconstructor that made
         #: it), kept alive so that no other object gets its id during the load
-        self._whole: dict[int, Any] = {}
+        self._built: dict[int, Any] = {}
         copies = Budget("copies over {} bytes", COPIES_SLACK, COPIES_PER_BYTE, self._consumed)
-        self._context = Context(policy.admitted, copies, self._made_whole)
+        self._context = Context(policy.admitted, copies, self._mark_built)
 
-    def _made_whole(self, obj: Any) -> None:
+    def _mark_built(self, obj: Any) -> None:
         """Record that ``obj`` has its state: a BUILD of it would change what was checked."""
-        self._whole[id(obj)] = obj
+        self._built[id(obj)] = obj
 
     def _consumed(self) -> int:
         """The bytes of input taken so far: of the pickle stream and of out-of-band buffers."""

@@ -362,13 +362,13 @@ class RestrictedUnpickler(Machine):
         state = self._stack.pop()
         obj = self._stack[-1]
         if not isinstance(obj, Pending):
-            if id(obj) in self._whole:
+            if id(obj) in self._built:
                 raise CorruptError(
                     f"the pickle sets the state of a {type(obj).__qualname__} that has its state already: "
                     "safe mode sets an object's state once, where it is made"
                 )
             set_state(self._changed(obj), state)
-            self._made_whole(obj)
+            self._mark_built(obj)
             return
         built: Any
         if obj.kind == "dtype":

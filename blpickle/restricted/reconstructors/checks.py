@@ -31,7 +31,7 @@ class Context:
         admitted: whether a class is one the load admits (by the policy, whichever name
             the pickle used for it).
         copies: the load's budget of bytes that checks copy (None: unlimited).
-        built: records an object made whole, with its state (None: nothing records).
+        built: records an object built with its state (None: nothing records).
     """
 
     def __init__(
@@ -45,7 +45,7 @@ class Context:
         self._built = built
 
     def built(self, obj: Any) -> Any:
-        """Return ``obj``, recorded as made whole: the load refuses to set its state again
+        """Return ``obj``, recorded as built: the load refuses to set its state again
         (a BUILD after the checks of what it was built from)."""
         if self._built is not None:
             self._built(obj)

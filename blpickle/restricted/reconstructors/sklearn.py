@@ -68,8 +68,18 @@ def _binary_tree_state(tree: Any) -> None:
 
 
 def _predictor_state(predictor: Any) -> None:
+    """Check a HistGradientBoosting tree's nodes (`_tree_splits`)."""
+    _tree_splits(predictor)
+
+
+def _tree_splits(predictor: Any) -> np.ndarray:
     """Check a HistGradientBoosting tree's nodes: a split's children are nodes of the tree
-    and its categorical bitset one the tree has (prediction follows both through memory)."""
+    and its categorical bitset one the tree has (prediction follows both through memory).
+    Return its split nodes.
+
+    Raises:
+        CorruptError: for nodes or bitsets of another form, or that point outside the tree.
+    """
     nodes, bitsets = getattr(predictor, "nodes", None), getattr(predictor, "raw_left_cat_bitsets", None)
     fields = ("left", "right", "feature_idx", "is_leaf", "is_categorical", "bitset_idx")
     if not (
@@ -87,6 +97,7 @@ def _predictor_state(predictor: Any) -> None:
     categorical = splits[splits["is_categorical"] != 0]
     if not ((categorical["bitset_idx"] >= 0) & (categorical["bitset_idx"] < len(bitsets))).all():
         raise CorruptError("a sklearn TreePredictor's categorical splits must name bitsets it has")
+    return splits
 
 
 def _boosting_state(model: Any) -> None:
@@ -94,8 +105,7 @@ def _boosting_state(model: Any) -> None:
     reads a row's value at each split's feature)."""
     features = getattr(model, "n_features_in_", None)
     for predictor in (p for trees in getattr(model, "_predictors", ()) for p in trees):
-        _predictor_state(predictor)
-        splits = predictor.nodes[predictor.nodes["is_leaf"] == 0]
+        splits = _tree_splits(predictor)
         if type(features) is not int or not ((splits["feature_idx"] >= 0) & (splits["feature_idx"] < features)).all():
             raise CorruptError("a sklearn HistGradientBoosting model's trees must split on features it has")
 
