@@ -157,6 +157,72 @@ def test_datetime_arrays_hold_data_of_their_dtype():
     with pytest.raises(blpickle.CorruptError, match="cannot hold data of int8"):
         blpickle.loads(pickle.dumps(forged, protocol=5), allowed=["pandas.*"])
     assert blpickle.loads(blpickle.dumps(dates), allowed=["pandas.*"]).equals(dates)
+    # numpy's units that pandas does not read right: days, picoseconds (wrong dates, errors on use)
+    for data in (np.zeros(3, "M8[D]"), np.zeros(3, "M8[ps]")):
+        forged = _with_data(pd.array(pd.date_range("2020-01-01", periods=3)), data)
+        with pytest.raises(blpickle.CorruptError, match="seconds to nanoseconds"):
+            blpickle.loads(pickle.dumps(forged, protocol=5), allowed=["pandas.*"])
+    durations = pd.array(pd.timedelta_range(0, periods=3, freq="s").as_unit("s"))
+    assert blpickle.loads(blpickle.dumps(durations), allowed=["pandas.*"]).equals(durations)
+
+
+def test_categories_of_a_range_count_as_their_values():
+    pd = pytest.importorskip("pandas")
+    few = pd.Categorical.from_codes([0, 1, 2], dtype=pd.CategoricalDtype(pd.RangeIndex(10)))
+    assert blpickle.loads(pickle.dumps(few, protocol=5), allowed=["pandas.*"]).equals(few)
+    # a few hundred bytes, then gigabytes for repr or value_counts
+    many = pd.Categorical.from_codes([0, 1, 2], dtype=pd.CategoricalDtype(pd.RangeIndex(10**8)))
+    with pytest.raises(blpickle.LimitError, match="copies over"):
+        blpickle.loads(pickle.dumps(pd.Series(many), protocol=5), allowed=["pandas.*"])
+
+
+class _Items:
+    """Pickles as its class, then APPENDS of its items (a reduction giving list items)."""
+
+    def __init__(self, items=()) -> None:
+        self.items = list(items)
+
+    def append(self, item) -> None:
+        self.items.append(item)
+
+    def __reduce__(self):
+        return type(self), (), None, iter(self.items)
+
+
+def test_only_containers_are_filled():
+    pd = pytest.importorskip("pandas")
+    # a categorical's codes, checked, then rewritten through a pandas array on the same ndarray
+    cat = pd.Categorical.from_codes([0, 1, 0], dtype=pd.CategoricalDtype(["x", "y"]))
+    alias = pd.arrays.NumpyExtensionArray(cat._ndarray)
+    out = io.BytesIO()
+    pickler = pickle._Pickler(out, protocol=4)
+    pickler.dump([alias, cat])
+    at = pickler.memo[id(alias)][0]
+    write = P.LONG_BINGET + struct.pack("<I", at) + P.BININT1 + b"\0" + P.LONG1 + b"\x08" + struct.pack("<q", 10**12)
+    forged = out.getvalue()[:-1] + write + P.SETITEM + P.POP + P.STOP  # alias[0] = 10**12
+    with pytest.raises(blpickle.CorruptError, match=r"SETITEM\(S\) on a NumpyExtensionArray"):
+        blpickle.loads(forged, allowed=["pandas.*"])
+    # appending to an object of a class admitted by a pattern, not a list or deque
+    appended = pickle.dumps(_Items([1, 2]), protocol=4)
+    with pytest.raises(blpickle.CorruptError, match=r"APPEND\(S\) on a _Items"):
+        blpickle.loads(appended, allowed=[f"{_Items.__module__}.*"])
+    # a class named exactly is trusted: filled as pickle fills it
+    assert blpickle.loads(appended, allowed=[_Items]).items == [1, 2]
+    # what pickle fills: subclasses of dict and list, deques
+    filled = [collections.OrderedDict(a=1), collections.defaultdict(int, b=2), collections.deque([3, 4])]
+    assert blpickle.loads(pickle.dumps(filled, protocol=4), safe=True) == filled
+
+
+def test_pandas_nat_is_never_given_a_state():
+    pd = pytest.importorskip("pandas")
+    nat = pickle.dumps(pd.NaT, protocol=4)[:-1]
+    timestamp_nat = pickle.dumps(pd.Timestamp("NaT"), protocol=4)[:-1]  # _unpickle_timestamp gives NaT too
+    assert blpickle.loads(nat + P.STOP, allowed=["pandas.*"]) is pd.NaT
+    for stream in (nat, timestamp_nat):
+        state = pickle.dumps({"isoformat": None}, protocol=4)[2:-1]
+        with pytest.raises(blpickle.CorruptError, match="has its state already"):
+            blpickle.loads(stream + state + P.BUILD + P.STOP, allowed=["pandas.*"])
+    assert "isoformat" not in getattr(pd.NaT, "__dict__", {})
 
 
 class _New:

@@ -221,6 +221,13 @@ class Machine:
             )
         return target
 
+    def _filled(self) -> tuple[Any, bool]:
+        """Return the object on top of the stack, which the pickle fills (`_changed`), and
+        whether the caller named its class exactly."""
+        target = self._changed(self._stack[-1])
+        grant = self._grant(type(target))
+        return target, grant is not None and grant.how == "exact"
+
     def _grant(self, obj: Any) -> Admitted | None:
         """How the policy admitted ``obj``, a global this load imported (None: it did not)."""
         grant = self._grants.get(id(obj))

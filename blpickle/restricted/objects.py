@@ -11,6 +11,7 @@ reach through the stack); what it raises comes out wrapped in a `CallerError`.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -141,7 +142,7 @@ def _names(obj: Any) -> tuple[str, str]:
     return str(getattr(obj, "__module__", "?")), str(getattr(obj, "__qualname__", type(obj).__name__))
 
 
-def set_state(obj: Any, state: Any) -> None:
+def set_state(obj: Any, state: Any, context: Context) -> None:
     """Set the state of an object of a type the caller allowed, as pickle's ``BUILD`` does.
 
     Raises:
@@ -168,31 +169,67 @@ def set_state(obj: Any, state: Any) -> None:
     for path in paths:
         check = STATE_CHECKS.get(path)
         if check is not None:
-            check(obj)
+            check(obj, context)
 
 
-def extend(target: Any, items: list[Any]) -> None:
-    """Append ``items`` to ``target`` (``APPEND``, ``APPENDS``)."""
-    _fill(target, list, "APPEND(S)", lambda found: found.extend(items), lambda found: _extend(found, items))
+def extend(target: Any, trusted: bool, items: list[Any]) -> None:
+    """Append ``items`` to ``target`` (``APPEND``, ``APPENDS``); see `_fill` for ``trusted``."""
+    _fill(
+        target,
+        (list, deque),
+        trusted,
+        "APPEND(S)",
+        lambda found: found.extend(items),
+        lambda found: _extend(found, items),
+    )
 
 
-def set_items(target: Any, items: list[Any]) -> None:
-    """Set ``target[key] = value`` for the key/value pairs ``items`` lists (``SETITEM(S)``)."""
-    _fill(target, dict, "SETITEM(S)", lambda found: pairs(items, found), lambda found: _set_items(found, items))
+def set_items(target: Any, trusted: bool, items: list[Any]) -> None:
+    """Set ``target[key] = value`` for the key/value pairs ``items`` lists (``SETITEM(S)``);
+    see `_fill` for ``trusted``."""
+    _fill(
+        target,
+        (dict,),
+        trusted,
+        "SETITEM(S)",
+        lambda found: pairs(items, found),
+        lambda found: _set_items(found, items),
+    )
 
 
-def add_items(target: Any, items: list[Any]) -> None:
-    """Add ``items`` to the set ``target`` (``ADDITEMS``)."""
-    _fill(target, set, "ADDITEMS", lambda found: found.update(items), lambda found: _add_items(found, items))
+def add_items(target: Any, trusted: bool, items: list[Any]) -> None:
+    """Add ``items`` to the set ``target`` (``ADDITEMS``); see `_fill` for ``trusted``."""
+    _fill(
+        target, (set,), trusted, "ADDITEMS", lambda found: found.update(items), lambda found: _add_items(found, items)
+    )
 
 
-def _fill(target: Any, kind: type, what: str, builtin: Callable[[Any], Any], other: Callable[[Any], Any]) -> None:
-    """Fill ``target``: a ``kind`` by ``builtin``, an object of an admitted type by its own
-    methods (``other``, run as admitted code); refuse any other builtin or numpy object."""
-    if type(target) is kind:
+def _fill(
+    target: Any,
+    containers: tuple[type, ...],
+    trusted: bool,
+    what: str,
+    builtin: Callable[[Any], Any],
+    other: Callable[[Any], Any],
+) -> None:
+    """Fill ``target``: the first of ``containers`` by ``builtin``; an object of an admitted
+    class by its own methods (``other``, run as admitted code) if it is an instance of
+    ``containers`` (what pickle fills: the items of list, deque, dict and set subclasses)
+    or if the caller named its class exactly (``trusted``: pickle fills any object whose
+    reduction gives items).
+
+    Raises:
+        CorruptError: for a builtin or numpy object, or another object of a class admitted as
+            data (an array, a frame: its ``__setitem__`` would write into memory whose
+            contents were checked).
+    """
+    if type(target) is containers[0]:
         builtin(target)
-    elif is_builtin(type(target)):
-        raise CorruptError(f"{what} on a {type(target).__name__}")
+    elif is_builtin(type(target)) or not (trusted or isinstance(target, containers)):
+        raise CorruptError(
+            f"{what} on a {type(target).__qualname__}: safe mode fills {', '.join(c.__name__ for c in containers)} "
+            "objects, their subclasses, and objects of classes the caller names exactly"
+        )
     else:
         _run(other, (target,))
 

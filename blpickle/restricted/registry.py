@@ -41,7 +41,11 @@ REGISTRY: dict[str, Reconstructor] = {
 FAMILIES: tuple[Family, ...] = pandas.FAMILIES
 #: Checks of an object's state after ``BUILD`` set it, by the import path of its class (or a
 #: base): for states whose library checks their types but not their values.
-STATE_CHECKS: dict[str, Callable[[Any], None]] = {**numpy.STATE_CHECKS, **pandas.STATE_CHECKS, **sklearn.STATE_CHECKS}
+STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
+    **numpy.STATE_CHECKS,
+    **pandas.STATE_CHECKS,
+    **sklearn.STATE_CHECKS,
+}
 #: Checks of a state before ``BUILD`` sets it, by the import path of the object's class (or a
 #: base): for states that a library acts on as it sets them.
 STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = pandas.STATE_GUARDS

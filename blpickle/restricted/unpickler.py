@@ -271,24 +271,24 @@ class RestrictedUnpickler(Machine):
 
     def _append(self) -> None:
         value = self._stack.pop()
-        extend(self._changed(self._stack[-1]), [value])
+        extend(*self._filled(), [value])
 
     def _appends(self) -> None:
         items = self._pop_mark()
-        extend(self._changed(self._stack[-1]), items)
+        extend(*self._filled(), items)
 
     def _setitem(self) -> None:
         value = self._stack.pop()
         key = self._stack.pop()
-        set_items(self._changed(self._stack[-1]), [key, value])
+        set_items(*self._filled(), [key, value])
 
     def _setitems(self) -> None:
         items = self._pop_mark()
-        set_items(self._changed(self._stack[-1]), items)
+        set_items(*self._filled(), items)
 
     def _additems(self) -> None:
         items = self._pop_mark()
-        add_items(self._changed(self._stack[-1]), items)
+        add_items(*self._filled(), items)
 
     def _get(self) -> None:
         self._memo_get(int(self._line()))
@@ -367,7 +367,7 @@ class RestrictedUnpickler(Machine):
                     f"the pickle sets the state of a {type(obj).__qualname__} that has its state already: "
                     "safe mode sets an object's state once, where it is made"
                 )
-            set_state(self._changed(obj), state)
+            set_state(self._changed(obj), state, self._context)
             self._mark_built(obj)
             return
         built: Any

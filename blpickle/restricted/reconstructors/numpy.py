@@ -141,7 +141,7 @@ def _generator(cls_name: str) -> Check:
     return check
 
 
-def _random_state(obj: Any) -> None:
+def _random_state(obj: Any, context: Context) -> None:
     """Check the state numpy accepted for a bit generator, a RandomState or a Generator: numpy
     checks its types only, and a position out of range crashes the next draw."""
     random = importlib.import_module("numpy.random")
@@ -160,7 +160,7 @@ def _random_state(obj: Any) -> None:
 
 
 #: Checks of a numpy random object's state after ``BUILD`` set it, by the import path of its class.
-STATE_CHECKS: dict[str, Callable[[Any], None]] = {
+STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
     "numpy.random.bit_generator.BitGenerator": _random_state,
     "numpy.random.mtrand.RandomState": _random_state,
     "numpy.random._generator.Generator": _random_state,

@@ -83,13 +83,20 @@ def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
     return context.built(importlib.import_module("pandas.core.internals.managers").BlockManager(blocks, axes))
 
 
-def _backed_state(array: Any) -> None:
+#: The resolutions of pandas' datetime and timedelta arrays (numpy's others, from days to
+#: attoseconds, pandas neither writes nor reads right).
+_PANDAS_UNITS = frozenset((unit, 1) for unit in ("s", "ms", "us", "ns"))
+
+
+def _backed_state(array: Any, context: Context) -> None:
     """Check that the data of a pandas array built on ``NDArrayBacked`` fits its dtype:
     pandas trusts both on unpickling, and a categorical's code past its categories makes
-    pandas read outside memory.
+    pandas read outside memory. Categories in a `RangeIndex` count against the load's copies
+    as the array they become on use.
 
     Raises:
         CorruptError: for data that does not fit, or an array of another kind.
+        LimitError: for more categories than the load's budget of copies allows.
     """
     pandas = importlib.import_module("pandas")
     arrays = pandas.arrays
@@ -97,11 +104,17 @@ def _backed_state(array: Any) -> None:
     if data is None:  # made without its state, which BUILD sets (and this checks) next
         return
     if isinstance(array, pandas.Categorical):
+        if isinstance(dtype.categories, pandas.RangeIndex):
+            context.copying(len(dtype.categories) * 8)  # stored in a few bytes, materialized by many uses
         if data.dtype.kind != "i" or (data.size and not (data.min() >= -1 and data.max() < len(dtype.categories))):
             raise CorruptError(
                 f"a pandas Categorical's codes must be ints from -1 to {len(dtype.categories) - 1}, its categories"
             )
         return
+    if isinstance(array, (arrays.DatetimeArray, arrays.TimedeltaArray)) and (
+        data.dtype.kind in "Mm" and np.datetime_data(data.dtype) not in _PANDAS_UNITS
+    ):
+        raise CorruptError(f"a pandas {type(array).__name__} holds seconds to nanoseconds, not {data.dtype}")
     if isinstance(array, arrays.DatetimeArray):
         fits = data.dtype == (dtype if isinstance(dtype, np.dtype) else np.dtype(f"M8[{dtype.unit}]"))
     elif isinstance(array, arrays.TimedeltaArray):
@@ -122,7 +135,7 @@ def _ndarray_backed(args: tuple[Any, ...], context: Context) -> Any:
     """``__pyx_unpickle_NDArrayBacked(cls, checksum, state)``: a categorical, datetime,
     timedelta, period or string array, its data checked against its dtype."""
     array = _NDARRAY_BACKED(args, context)
-    _backed_state(array)
+    _backed_state(array, context)
     return array
 
 
@@ -138,21 +151,23 @@ def _pandas_timestamp(args: tuple[Any, ...], context: Context) -> Any:
     if freq is not None or (len(args) == 4 and type(args[3]) is not int):
         raise CorruptError(f"a pandas Timestamp's freq is None and its resolution an int, not {args!r:.80}")
     timestamps = importlib.import_module("pandas._libs.tslibs.timestamps")
-    return timestamps._unpickle_timestamp(*args)
+    return context.built(timestamps._unpickle_timestamp(*args))  # NaT itself, for NaT's value
 
 
 def _pandas_timedelta(args: tuple[Any, ...], context: Context) -> Any:
     """``_timedelta_unpickle(value, reso)``."""
     check_types(args, ((int,), (int,)), "pandas _timedelta_unpickle")
-    return importlib.import_module("pandas._libs.tslibs.timedeltas")._timedelta_unpickle(*args)
+    timedeltas = importlib.import_module("pandas._libs.tslibs.timedeltas")
+    return context.built(timedeltas._timedelta_unpickle(*args))  # NaT itself, for NaT's value
 
 
 def _pandas_nat(args: tuple[Any, ...], context: Context) -> Any:
-    """``_nat_unpickle(None)``: pandas' NaT."""
+    """``_nat_unpickle(None)``: pandas' NaT, the process's one instance, which a load never
+    gives a state."""
     check_arity(args, 0, 1, "pandas _nat_unpickle")
     if args and args[0] is not None:
         raise CorruptError(f"pandas _nat_unpickle takes None, not {args[0]!r:.80}")
-    return importlib.import_module("pandas").NaT
+    return context.built(importlib.import_module("pandas").NaT)
 
 
 #: Families of classes that pickle calls with arguments.
@@ -182,7 +197,7 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
 }
 
 
-def _masked_state(array: Any) -> None:
+def _masked_state(array: Any, context: Context) -> None:
     """Check a masked array's state (integer, floating and boolean arrays): a bool mask of
     its data's shape, and data of its kind; pandas indexes the mask by the data's length.
 
@@ -210,7 +225,7 @@ def _masked_state(array: Any) -> None:
 
 
 #: Checks of a state that ``BUILD`` set, by the import path of the class.
-STATE_CHECKS: dict[str, Callable[[Any], None]] = {
+STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
     "pandas._libs.arrays.NDArrayBacked": _backed_state,
     "pandas.core.arrays.masked.BaseMaskedArray": _masked_state,
 }

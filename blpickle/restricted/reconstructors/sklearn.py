@@ -39,7 +39,7 @@ def _sklearn_new(module: str, base: str) -> Check:
     return check
 
 
-def _tree_state(tree: Any) -> None:
+def _tree_state(tree: Any, context: Context) -> None:
     """Check a sklearn Tree's nodes: children are nodes of the tree (or -1, a leaf) and
     features are features it has (or -2): sklearn's ``__setstate__`` checks neither, and
     prediction follows them through memory."""
@@ -52,7 +52,7 @@ def _tree_state(tree: Any) -> None:
         raise CorruptError("a sklearn Tree's nodes must split on features it has")
 
 
-def _binary_tree_state(tree: Any) -> None:
+def _binary_tree_state(tree: Any, context: Context) -> None:
     """Check a KDTree's or BallTree's arrays: its indices name rows of its data, its nodes
     ranges of its indices, and its bounds cover its nodes: sklearn's ``__setstate__``
     checks none, and a query follows them through memory."""
@@ -67,7 +67,7 @@ def _binary_tree_state(tree: Any) -> None:
         raise CorruptError("a sklearn binary tree's levels, nodes and bounds must agree")
 
 
-def _predictor_state(predictor: Any) -> None:
+def _predictor_state(predictor: Any, context: Context) -> None:
     """Check a HistGradientBoosting tree's nodes (`_tree_splits`)."""
     _tree_splits(predictor)
 
@@ -100,7 +100,7 @@ def _tree_splits(predictor: Any) -> np.ndarray:
     return splits
 
 
-def _boosting_state(model: Any) -> None:
+def _boosting_state(model: Any, context: Context) -> None:
     """Check that a HistGradientBoosting model's trees split on features it has (prediction
     reads a row's value at each split's feature)."""
     features = getattr(model, "n_features_in_", None)
@@ -110,7 +110,7 @@ def _boosting_state(model: Any) -> None:
             raise CorruptError("a sklearn HistGradientBoosting model's trees must split on features it has")
 
 
-def _libsvm_state(model: Any) -> None:
+def _libsvm_state(model: Any, context: Context) -> None:
     """Check that a libsvm model's support vectors name rows it was fitted on and agree with
     its coefficients (libsvm indexes with them, unchecked, in predict)."""
     support, shape, counts = (getattr(model, name, None) for name in ("support_", "shape_fit_", "_n_support"))
@@ -131,7 +131,7 @@ def _libsvm_state(model: Any) -> None:
 
 
 #: Checks of a sklearn object's state after ``BUILD`` set it, by the import path of its class.
-STATE_CHECKS: dict[str, Callable[[Any], None]] = {
+STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
     "sklearn.tree._tree.Tree": _tree_state,
     **{f"sklearn.neighbors.{module}.BinaryTree64": _binary_tree_state for module in ("_kd_tree", "_ball_tree")},
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor": _predictor_state,
