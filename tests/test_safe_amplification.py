@@ -367,3 +367,34 @@ def test_a_libsvm_model_supports_with_rows_it_was_fitted_on():
     model.support_ = np.full_like(model.support_, 10**9)
     with pytest.raises(blpickle.CorruptError, match="support vectors"):
         blpickle.loads(pickle.dumps(model), allowed=["sklearn.*"])
+
+
+@pytest.mark.parametrize("name", ["PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"])
+def test_numpy_compiled_classes_come_from_their_reconstructors(name):
+    cls = getattr(np.random, name)
+    bare = pickle.dumps(Reduced(cls, ()), protocol=2)  # __new__ alone: PCG64's state pointer unset
+    with_state = pickle.dumps(Reduced(cls, (), cls(1).state), protocol=2)
+    for forged in (bare, with_state):
+        with pytest.raises(blpickle.CorruptError, match="through their reconstructors"):
+            blpickle.loads(forged, safe=True)
+    generator = np.random.Generator(cls(7))
+    assert blpickle.loads(pickle.dumps(generator), safe=True).random() == generator.random()
+    assert blpickle.loads(pickle.dumps(np.ma.masked), safe=True) is np.ma.masked  # a Python class
+
+
+def test_dotted_names_pass_only_through_modules_and_classes():
+    # numpy's global RandomState's bit generator, wrapped in a Generator given a state
+    bits = _global("numpy.random.mtrand", "_rand._bit_generator")
+    state = pickle.dumps(np.random.MT19937(0).state, protocol=4)[2:-1]
+    forged = b"\x80\x04" + _global("numpy.random._pickle", "__generator_ctor") + bits + P.TUPLE1 + P.REDUCE
+    before = np.random.get_state()[1].copy()
+    with pytest.raises(blpickle.UnsafeLoadError, match="reaches through _rand, a RandomState"):
+        blpickle.loads(forged + state + P.BUILD + P.STOP, safe=True)
+    assert (np.random.get_state()[1] == before).all()
+    nested = pickle.dumps(_Outer.Inner, protocol=4)  # a class in a class: its qualified name
+    assert blpickle.loads(nested, allowed=[f"{__name__}.*"]) is _Outer.Inner
+
+
+class _Outer:
+    class Inner:
+        pass

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import CorruptError, UnsafeLoadError
 from .numpy_state import Pending
-from .policy import Admitted, Policy
+from .policy import SAFE_PACKAGES, Admitted, Policy
 from .registry import STATE_CHECKS, STATE_GUARDS, Context, call_member, load_callable
 
 __all__ = [
@@ -46,6 +46,8 @@ _NUMPY_STATES: dict[type, tuple[type, ...]] = {
     np.random.RandomState: (dict,),
     np.random.Generator: (dict,),  # the state of its bit generator, as numpy 1.x wrote it
 }
+#: ``type.__flags__`` of a class made at run time (a Python class), not compiled.
+_HEAP_TYPE = 1 << 9
 #: The packages of the types whose state safe mode never sets and whose collections it fills
 #: only if they are lists, dicts or sets.
 _BUILTIN_MODULES = ("builtins", "numpy")
@@ -90,7 +92,7 @@ def call(func: Any, args: Any, grant: Admitted | None, policy: Policy, context: 
         return _run(func, args)
     if grant.how == "class":
         if not args:
-            return _run(func.__new__, (func,))
+            return _bare(func)
         if policy.family(func):
             return context.built(call_member(func, args))
     raise UnsafeLoadError(
@@ -121,13 +123,32 @@ def new_object(
         if kwargs:
             raise CorruptError(f"{'.'.join(_names(cls))} takes no keyword arguments in safe mode")
         return grant.reconstructor.check(args, context)  # cls.__new__(cls, *args) is cls(*args)
-    if (args or kwargs) and grant.how != "exact":
+    if grant.how == "exact":
+        return _run(cls.__new__, (cls, *args), kwargs)
+    if args or kwargs:
         raise UnsafeLoadError(
             *_names(cls),
             "the pickle creates it with arguments to its __new__: a package pattern admits classes "
             "created without arguments; name it exactly to trust its constructor",
         )
-    return _run(cls.__new__, (cls, *args), kwargs)
+    return _bare(cls)
+
+
+def _bare(cls: type) -> Any:
+    """Return ``cls.__new__(cls)`` for a class admitted as data.
+
+    Raises:
+        CorruptError: for a compiled class of numpy or ml_dtypes, which its reconstructors
+            make: ``__new__`` alone leaves unset what its ``__init__`` sets up (a PCG64 bit
+            generator's state pointer, which its next use follows).
+        CallerError: carrying what ``__new__`` raised.
+    """
+    if not cls.__flags__ & _HEAP_TYPE and cls.__module__.split(".")[0] in SAFE_PACKAGES:
+        raise CorruptError(
+            f"safe mode makes {cls.__module__}.{cls.__qualname__} objects through their reconstructors, "
+            "not with __new__ alone"
+        )
+    return _run(cls.__new__, (cls,))
 
 
 def _run(func: Any, args: tuple[Any, ...], kwargs: Any = None) -> Any:

@@ -353,10 +353,20 @@ class Policy:
 
     def _resolve(self, module: str, name: str, trusted: bool) -> tuple[Any, str]:
         """Import ``module`` and follow ``name`` through its attributes; return the object and
-        the name of the last module passed through. Refuse to pass through a module outside
-        the allowed packages (unless ``trusted``)."""
+        the name of the last module passed through. Unless ``trusted``, refuse to pass through
+        a module outside the allowed packages, or through an object that is neither a module
+        nor a class (whose attributes would be read, and could be changed through what they
+        give: a bit generator of numpy's global random state)."""
         obj = holder = importlib.import_module(module)
-        for part in name.split("."):
+        parts = name.split(".")
+        for i, part in enumerate(parts):
+            if i and not trusted and not isinstance(obj, (type, ModuleType)):
+                raise UnsafeLoadError(
+                    module,
+                    name,
+                    f"it reaches through {'.'.join(parts[:i])}, a {type(obj).__name__}: a module's "
+                    "object (numpy's global random state) is reached only through modules and classes",
+                )
             obj = getattr(obj, part)
             if isinstance(obj, ModuleType):
                 if not trusted and not self._inside(obj.__name__):
