@@ -398,3 +398,39 @@ def test_dotted_names_pass_only_through_modules_and_classes():
 class _Outer:
     class Inner:
         pass
+
+
+def test_a_string_argument_is_read_as_pickle_reads_it():
+    # pickle's STRING: escapes, never an expression (a deep one overflowed the parser's stack)
+    forged = b"S'x' + " + b"-" * 30_000 + b"1 + 'x'\n."
+    assert blpickle.loads(forged, safe=True, encoding="bytes") == pickle.loads(forged, encoding="bytes")
+    with pytest.raises(blpickle.CorruptError, match="not a string literal"):
+        blpickle.loads(b"S'\\x4'\n.", safe=True)
+
+
+def test_arguments_nested_past_the_recursion_limit_are_malformed():
+    deep = b"\x80\x04" + _global("numpy", "dtype") + P.EMPTY_LIST * 100_000 + P.APPEND * 99_999
+    with pytest.raises(blpickle.CorruptError, match="RecursionError"):
+        blpickle.loads(deep + P.TUPLE1 + P.REDUCE + P.STOP, safe=True)
+
+
+@pytest.mark.parametrize("module", ["numpy.conftest", "numpy.random._examples.cffi.extending", "numpy.tests.x"])
+def test_test_and_example_modules_are_never_imported(module):
+    import sys
+
+    before = set(sys.modules)
+    with pytest.raises(blpickle.UnsafeLoadError, match="test or example code"):
+        blpickle.loads(f"c{module}\nname\n.".encode(), safe=True)
+    assert not {name for name in set(sys.modules) - before if name.startswith(module.rsplit(".", 1)[0])}
+
+
+def test_a_seed_sequence_pool_has_its_size():
+    from numpy.random.bit_generator import __pyx_unpickle_SeedSequence
+
+    _, (cls, checksum, _), state = np.random.SeedSequence(5).__reduce__()
+    forged = Reduced(__pyx_unpickle_SeedSequence, (cls, checksum, (*state[:3], 1 << 16, state[4])))
+    with pytest.raises(blpickle.CorruptError, match="holds 4 words, not its size 65536"):
+        blpickle.loads(pickle.dumps(forged), safe=True)  # then spawn(1) takes seconds, 2**20 minutes
+    later = Reduced(__pyx_unpickle_SeedSequence, (cls, checksum, None), (*state[:3], 1 << 16, state[4]))
+    with pytest.raises(blpickle.CorruptError, match="not its size"):  # the state given by BUILD
+        blpickle.loads(pickle.dumps(later), safe=True)

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from ..errors import UnsafeLoadError
 from .registry import FAMILIES, REGISTRY, Reconstructor
 
-__all__ = ["DENIED", "SAFE_CLASSES", "SAFE_GLOBALS", "SAFE_PACKAGES", "Admitted", "Policy"]
+__all__ = ["DENIED", "SAFE_CLASSES", "SAFE_GLOBALS", "SAFE_PACKAGES", "TEST_MODULES", "Admitted", "Policy"]
 
 _OUTSIDE = "outside the allowed packages"
 #: How a refusal of `DENIED` ends.
@@ -234,6 +234,12 @@ def _within(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + ".")
 
 
+#: Modules of a package's own tests and examples, refused under any package unless named
+#: exactly: importing one runs it (numpy's ``conftest`` imports pytest and hypothesis and sets their state,
+#: ``numpy.random._examples.cffi.extending`` loads a C library through cffi).
+TEST_MODULES = frozenset({"tests", "testing", "conftest", "_examples"})
+
+
 def denied(path: str) -> str | None:
     """Return why ``path`` (``module.name``) is always refused, or None."""
     for prefix, reason in DENIED.items():
@@ -289,6 +295,8 @@ class Policy:
         trusted = vetted is not None or path in self._exact or path in SAFE_CLASSES
         if not trusted and not self._inside(module):
             raise UnsafeLoadError(module, name, "it lies outside the allowed packages and names")
+        if not trusted and not TEST_MODULES.isdisjoint(path.split(".")):
+            raise UnsafeLoadError(module, name, "it is a package's test or example code, which runs as it is imported")
         if not trusted and parts[0].startswith("__"):
             raise UnsafeLoadError(module, name, "a package pattern admits no dunder name: name it exactly")
         obj, holder = self._resolve(module, name, trusted)

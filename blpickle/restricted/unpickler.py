@@ -18,7 +18,7 @@ unchanged.
 
 from __future__ import annotations
 
-import ast
+import codecs
 import pickle
 import struct
 from collections.abc import Callable
@@ -78,6 +78,7 @@ class RestrictedUnpickler(Machine):
             IndexError,
             KeyError,
             OverflowError,
+            RecursionError,
             struct.error,
         ) as exc:
             raise CorruptError(
@@ -200,12 +201,10 @@ class RestrictedUnpickler(Machine):
         data = self._line()
         if len(data) < 2 or data[0] != data[-1] or data[:1] not in (b'"', b"'"):
             raise CorruptError("the pickle's STRING argument must be quoted")
-        try:
-            value = ast.literal_eval("b" + data.decode("ascii"))
-        except (SyntaxError, ValueError, UnicodeDecodeError) as exc:
+        try:  # as pickle reads it: escapes only, no expression parsed
+            value = codecs.escape_decode(data[1:-1])[0]
+        except ValueError as exc:
             raise CorruptError(f"the pickle's STRING argument is not a string literal: {exc}") from None
-        if not isinstance(value, bytes):
-            raise CorruptError("the pickle's STRING argument is not a string literal")
         self._stack.append(self._decode(value))
 
     def _binstring(self) -> None:

@@ -159,8 +159,28 @@ def _random_state(obj: Any, context: Context) -> None:
         raise CorruptError("a bit generator's has_uint32 must be 0 or 1")
 
 
+def _seed_state(seq: Any, context: Context) -> None:
+    """Check a SeedSequence's pool: as many words as its declared size, which numpy trusts
+    (mixing a pool declared 2¹⁶ words long from 4 stored takes seconds, and time grows with
+    the square of the size)."""
+    if np.size(seq.pool) != seq.pool_size:
+        raise CorruptError(f"a numpy SeedSequence's pool holds {np.size(seq.pool)} words, not its size {seq.pool_size}")
+
+
+def _seed_sequence(args: tuple[Any, ...], context: Context) -> Any:
+    """``__pyx_unpickle_SeedSequence(cls, checksum, state)``, its pool checked (`_seed_state`)."""
+    seq = _SEED_SEQUENCE(args, context)
+    if args[2] is not None:  # else BUILD sets the state, and STATE_CHECKS checks it
+        _seed_state(seq, context)
+    return seq
+
+
+_SEED_SEQUENCE = cython_state("numpy.random.bit_generator.SeedSequence", "__pyx_unpickle_SeedSequence")
+
+
 #: Checks of a numpy random object's state after ``BUILD`` set it, by the import path of its class.
 STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
+    "numpy.random.bit_generator.SeedSequence": _seed_state,
     "numpy.random.bit_generator.BitGenerator": _random_state,
     "numpy.random.mtrand.RandomState": _random_state,
     "numpy.random._generator.Generator": _random_state,
@@ -177,9 +197,7 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
     "numpy.random._pickle.__bit_generator_ctor": Reconstructor(_bit_generator),
     "numpy.random._pickle.__generator_ctor": Reconstructor(_generator("Generator")),
     "numpy.random._pickle.__randomstate_ctor": Reconstructor(_generator("RandomState")),
-    "numpy.random.bit_generator.__pyx_unpickle_SeedSequence": Reconstructor(
-        cython_state("numpy.random.bit_generator.SeedSequence", "__pyx_unpickle_SeedSequence")
-    ),
+    "numpy.random.bit_generator.__pyx_unpickle_SeedSequence": Reconstructor(_seed_sequence),
     # how blpickle records rebuild arrays (checks sizes, refuses object dtypes) and views
     # of them (checks that the view lies inside its base)
     "blpickle.arrays.rebuild_ndarray": Reconstructor(_rebuild("blpickle rebuild_ndarray")),
