@@ -183,8 +183,8 @@ def client():
             n_workers=2,
             threads_per_worker=1,
             host="127.0.0.1",
-            dashboard_address=None,
-            worker_dashboard_address=None,
+            dashboard_address=":0",  # a free port: suites run side by side (None means 8787)
+            worker_dashboard_address=":0",
         ) as cluster,
         Client(cluster, serializers=bl_dask.SERIALIZERS, deserializers=bl_dask.DESERIALIZERS) as client,
     ):
