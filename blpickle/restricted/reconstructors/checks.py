@@ -116,15 +116,20 @@ def check_types(args: tuple[Any, ...], types: tuple[tuple[type, ...], ...], what
     return args
 
 
-def cython_state(base: str, what: str) -> Check:
+def cython_state(base: str, what: str, state_check: Callable[[Any, Context], None] | None = None) -> Check:
     """A Cython ``__pyx_unpickle_<Class>(cls, checksum, state)``: ``cls.__new__(cls)`` and
-    the state set into its typed fields (Cython checks their types and the checksum)."""
+    the state set into its typed fields (Cython checks their types and the checksum), then
+    checked by ``state_check`` (the check `STATE_CHECKS` runs when ``BUILD`` sets it)."""
 
     def check(args: tuple[Any, ...], context: Context) -> Any:
         module, _, name = base.rpartition(".")
         cls, checksum, state = check_types(args, ((type,), (int,), (tuple, type(None))), what)
         context.subclass(cls, getattr(importlib.import_module(module), name), what)
         made = getattr(importlib.import_module(module), what)(cls, checksum, state)
-        return made if state is None else context.built(made)  # without a state, BUILD sets it
+        if state is None:
+            return made  # BUILD sets its state next
+        if state_check is not None:
+            state_check(made, context)
+        return context.built(made)
 
     return check

@@ -167,17 +167,6 @@ def _seed_state(seq: Any, context: Context) -> None:
         raise CorruptError(f"a numpy SeedSequence's pool holds {np.size(seq.pool)} words, not its size {seq.pool_size}")
 
 
-def _seed_sequence(args: tuple[Any, ...], context: Context) -> Any:
-    """``__pyx_unpickle_SeedSequence(cls, checksum, state)``, its pool checked (`_seed_state`)."""
-    seq = _SEED_SEQUENCE(args, context)
-    if args[2] is not None:  # else BUILD sets the state, and STATE_CHECKS checks it
-        _seed_state(seq, context)
-    return seq
-
-
-_SEED_SEQUENCE = cython_state("numpy.random.bit_generator.SeedSequence", "__pyx_unpickle_SeedSequence")
-
-
 #: Checks of a numpy random object's state after ``BUILD`` set it, by the import path of its class.
 STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
     "numpy.random.bit_generator.SeedSequence": _seed_state,
@@ -197,7 +186,9 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
     "numpy.random._pickle.__bit_generator_ctor": Reconstructor(_bit_generator),
     "numpy.random._pickle.__generator_ctor": Reconstructor(_generator("Generator")),
     "numpy.random._pickle.__randomstate_ctor": Reconstructor(_generator("RandomState")),
-    "numpy.random.bit_generator.__pyx_unpickle_SeedSequence": Reconstructor(_seed_sequence),
+    "numpy.random.bit_generator.__pyx_unpickle_SeedSequence": Reconstructor(
+        cython_state("numpy.random.bit_generator.SeedSequence", "__pyx_unpickle_SeedSequence", _seed_state)
+    ),
     # how blpickle records rebuild arrays (checks sizes, refuses object dtypes) and views
     # of them (checks that the view lies inside its base)
     "blpickle.arrays.rebuild_ndarray": Reconstructor(_rebuild("blpickle rebuild_ndarray")),

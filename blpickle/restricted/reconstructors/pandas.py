@@ -131,17 +131,6 @@ def _backed_state(array: Any, context: Context) -> None:
         raise CorruptError(f"a pandas {type(array).__name__} of dtype {dtype} cannot hold data of {data.dtype}")
 
 
-def _ndarray_backed(args: tuple[Any, ...], context: Context) -> Any:
-    """``__pyx_unpickle_NDArrayBacked(cls, checksum, state)``: a categorical, datetime,
-    timedelta, period or string array, its data checked against its dtype."""
-    array = _NDARRAY_BACKED(args, context)
-    _backed_state(array, context)
-    return array
-
-
-_NDARRAY_BACKED = cython_state("pandas._libs.arrays.NDArrayBacked", "__pyx_unpickle_NDArrayBacked")
-
-
 def _pandas_timestamp(args: tuple[Any, ...], context: Context) -> Any:
     """``_unpickle_timestamp(value, freq, tz, reso)``."""
     check_arity(args, 3, 4, "pandas _unpickle_timestamp")
@@ -180,7 +169,10 @@ FAMILIES = (
 
 #: The reconstructors of pandas, by import path.
 RECONSTRUCTORS: dict[str, Reconstructor] = {
-    "pandas._libs.arrays.__pyx_unpickle_NDArrayBacked": Reconstructor(_ndarray_backed, _PANDAS),
+    # a categorical, datetime, timedelta, period or string array, its data checked against its dtype
+    "pandas._libs.arrays.__pyx_unpickle_NDArrayBacked": Reconstructor(
+        cython_state("pandas._libs.arrays.NDArrayBacked", "__pyx_unpickle_NDArrayBacked", _backed_state), _PANDAS
+    ),
     "pandas._libs.interval.__pyx_unpickle_IntervalMixin": Reconstructor(
         cython_state("pandas._libs.interval.IntervalMixin", "__pyx_unpickle_IntervalMixin"), _PANDAS
     ),
