@@ -3,6 +3,7 @@ are refused, everything legitimate loads as pickle loads it, malformed input giv
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import pickle
@@ -82,12 +83,39 @@ def _alternating_nesting(levels):
     return b"\x80\x04\x8c\x08builtins\x8c\tfrozenset\x93\x94N" + body + b"."
 
 
+def _nested_deques(levels, tail=b"."):
+    """A pickle of ``deque([deque([... deque([]) ...])])``, ``levels`` deques around the innermost."""
+    return b"\x80\x02ccollections\ndeque\nq\x00" + b"h\x00(" * levels + b"h\x00]\x85R" + b"l\x85R" * levels + tail
+
+
+def _deques_filled_after_held(count):
+    """A pickle of ``count`` empty deques, each then appended to the one before it, from the
+    outermost in: each deque is held before it is filled."""
+    deque = b"\x80\x04\x8c\x0bcollections\x8c\x05deque\x93\x94" + b"h\x00)R\x94" * count  # memo 1..count
+    get = [b"j" + key.to_bytes(4, "little") for key in range(count + 1)]
+    appends = b"".join(get[key] + get[key + 1] + b"a0" for key in range(1, count))
+    return deque + b"0" * count + appends + get[1] + b"."
+
+
+def _nested_object_arrays(levels, tail=b"."):
+    """A pickle of ``levels`` arrays of one object, each holding the next; None innermost."""
+    start = b"\x80\x02cnumpy._core.multiarray\n_reconstruct\nq\x00cnumpy\nndarray\nK\x00\x85C\x01b\x87q\x01"
+    start += b"cnumpy\ndtype\nU\x02O8\x89\x88\x87R(K\x03U\x01|NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK?tbq\x020"
+    level = b"h\x00h\x01R(K\x01K\x01\x85h\x02\x89("  # an array of shape (1,) and dtype object, its state open
+    return start + level * levels + b"N" + b"ltb" * levels + tail
+
+
 #: Hand-made pickles that crash CPython itself: hashing tuples nested a million deep (as a
-#: dict key, a set item, a frozenset's) recurses in C without a limit.
+#: dict key, a set item, a frozenset's) recurses in C without a limit, and so does freeing
+#: deques or arrays of objects nested deeply, once loaded or with the error of a bad opcode.
 NESTING_CRASHES = {
     "dict key nested a million tuples deep": b"\x80\x04}N" + b"\x85" * 1_000_000 + b"Ns.",
     "set item nested a million tuples deep": b"\x80\x04\x8f(N" + b"\x85" * 1_000_000 + b"\x90.",
     "frozenset() of tuples nested in frozensets": _alternating_nesting(100_000),
+    "deques nested 300,000 deep": _nested_deques(300_000),
+    "deques nested 300,000 deep, then a bad opcode": _nested_deques(300_000, b"\xff"),
+    "300,000 deques, each filled after another holds it": _deques_filled_after_held(300_000),
+    "arrays of objects nested 200,000 deep": _nested_object_arrays(200_000),
 }
 
 
@@ -130,6 +158,26 @@ def test_nesting_that_crashes_cpython_is_refused():
 def test_nesting_up_to_the_limit_loads():
     assert blpickle.loads(b"\x80\x04}N" + b"\x85" * 999 + b"Ns.", safe=True)
     assert type(blpickle.loads(_alternating_nesting(400), safe=True)) is frozenset
+    deques, levels = blpickle.loads(_nested_deques(998), safe=True), 0
+    while deques:
+        (deques,), levels = deques, levels + 1
+    assert type(deques) is collections.deque and levels == 998
+    arrays = blpickle.loads(_nested_object_arrays(1000), safe=True)
+    assert arrays.dtype == object and arrays[0].dtype == object
+    with pytest.raises(blpickle.CorruptError, match="more than 1000 deep"):
+        blpickle.loads(_nested_object_arrays(1001), safe=True)
+    filled = blpickle.loads(_deques_filled_after_held(2), safe=True)
+    assert filled == collections.deque([collections.deque()])
+
+
+def test_deques_that_hold_themselves_load():
+    ring = collections.deque([1])
+    ring.append(ring)
+    loaded = blpickle.loads(pickle.dumps(ring), safe=True)
+    assert loaded[0] == 1 and loaded[1] is loaded
+    inner = collections.deque([collections.deque([2])])
+    shared = blpickle.loads(pickle.dumps([inner, collections.deque([inner, inner])]), safe=True)
+    assert shared[1][0] is shared[1][1] is shared[0]
 
 
 def test_records_refuse_the_same_states():
@@ -451,6 +499,43 @@ def test_errors_of_allowed_code_pass_through_unchanged():
         blpickle.loads(data, allowed=[explode])
     with pytest.raises(Boom):
         RestrictedUnpickler(io.BytesIO(data), Policy([explode])).load()
+
+
+def _global2(module, name):
+    return f"c{module}\n{name}\n".encode()
+
+
+#: Classes that safe=True admits by itself, given what they refuse.
+REFUSED_BY_ADMITTED_CODE = {
+    "ZoneInfo with no key": b"\x80\x02" + _global2("zoneinfo", "ZoneInfo") + b")R.",
+    "a numpy named tuple with no fields": b"\x80\x02"
+    + _global2("numpy.lib._arraysetops_impl", "UniqueAllResult")
+    + b")R.",
+    "a UUID given an empty state": b"\x80\x02" + _global2("uuid", "UUID") + b")R}b.",
+    "an OrderedDict given an int as state": b"\x80\x02" + _global2("collections", "OrderedDict") + b")RK\x01b.",
+}
+
+
+@pytest.mark.parametrize("name", REFUSED_BY_ADMITTED_CODE)
+def test_what_code_admitted_as_data_refuses_is_a_damaged_pickle(name):
+    with pytest.raises(blpickle.CorruptError, match="refuses what the pickle gives it") as caught:
+        blpickle.loads(REFUSED_BY_ADMITTED_CODE[name], safe=True)
+    assert caught.value.__cause__ is not None  # what the class raised, kept as the cause
+
+
+def test_a_uuid_has_a_number_of_128_bits():
+    import uuid
+
+    made = uuid.uuid4()
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert blpickle.loads(pickle.dumps(made, protocol), safe=True) == made
+    start = b"\x80\x02" + _global2("uuid", "UUID") + b")R"
+    with pytest.raises(blpickle.CorruptError, match="an int of 128 bits, not 'abc'"):
+        blpickle.loads(start + b"}U\x03intU\x03abcsb.", safe=True)
+    with pytest.raises(blpickle.CorruptError, match="an int of 128 bits"):
+        blpickle.loads(start + b"}U\x03intJ\xff\xff\xff\xffsb.", safe=True)  # -1
+    with pytest.raises(blpickle.CorruptError, match=r"before a uuid\.UUID it made got its state"):
+        blpickle.loads(start + b".", safe=True)
 
 
 def test_short_reads_of_a_stream_are_completed():

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import _compat_pickle
 import importlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+import numpy as np
 
 from ..errors import CorruptError, UnsafeLoadError
 from .budget import Budget
 from .input import PickleInput
 from .numpy_state import Pending
 from .policy import Admitted, Policy
-from .registry import Context
+from .registry import STATE_REQUIRED, Context
 
 __all__ = [
     "COPIES_PER_BYTE",
@@ -30,8 +33,13 @@ __all__ = [
     "Refusal",
 ]
 
-#: The deepest nesting of tuples and frozensets loaded (Python's own recursion limit).
+#: The deepest nesting loaded of tuples, frozensets, deques and arrays of objects (Python's
+#: own recursion limit): hashing a tuple or frozenset recurses in C without a limit, and so does
+#: freeing a deque or an array of objects (a dict key, a deque or an array of objects a million
+#: deep crashes the process, when it is hashed or freed).
 _MAX_NESTING = 1000
+#: What nests, if an array holds objects.
+_NESTS = (tuple, frozenset, deque, np.ndarray)
 #: A restricted load of a decompressed pickle stream makes at most ``OBJECTS_SLACK +
 #: OBJECTS_PER_BYTE * n`` containers, objects and memo entries, n the bytes of the input read
 #: so far: a few stored bytes that decompress to millions of one-byte opcodes cannot make
@@ -105,7 +113,9 @@ class Machine:
         self._marks: list[list[Any]] = []
         self._memo: dict[int, Any] = {}
         self._pending = 0  # how many dtypes and arrays wait for their state
-        self._depths: dict[int, tuple[Any, int]] = {}  # id -> (tuple or frozenset, nesting depth > 1)
+        #: id -> (nest, its nesting depth), for every deque the load made and every nest of depth > 1
+        self._depths: dict[int, tuple[Any, int]] = {}
+        self._held: set[int] = set()  # ids of the deques that a nest holds
         self._proto = 0
         self._grants: dict[int, Admitted] = {}  # id -> how each imported global was admitted
         self._refused: dict[str, str] = {}  # module.name -> why, once the load lists refusals
@@ -115,12 +125,14 @@ class Machine:
         #: id -> each object whose state is set (by BUILD, or by the reconstructor that made
         #: it), kept alive so that no other object gets its id during the load
         self._built: dict[int, Any] = {}
+        self._stateless: dict[int, Any] = {}  # id -> object of a STATE_REQUIRED class, until it is built
         copies = Budget("copies over {} bytes", COPIES_SLACK, COPIES_PER_BYTE, self._consumed)
         self._context = Context(policy.admitted, copies, self._mark_built)
 
     def _mark_built(self, obj: Any) -> None:
         """Record that ``obj`` has its state: a BUILD of it would change what was checked."""
         self._built[id(obj)] = obj
+        self._stateless.pop(id(obj), None)
 
     def _consumed(self) -> int:
         """The bytes of input taken so far: of the pickle stream and of out-of-band buffers."""
@@ -169,26 +181,51 @@ class Machine:
             value.keys.append(key)
         self._memo[key] = value
 
-    def _track(self, obj: Any) -> None:
-        """Record how deeply tuples and frozensets nest in ``obj``, one made of objects the
-        pickle built; refuse it nested deeper than ``_MAX_NESTING`` (hashing it recurses in C
-        without a limit: a dict key a million tuples deep crashes the process)."""
+    def _track(self, obj: Any, items: Iterable[Any] | None = None) -> None:
+        """Record how deeply nests (tuples, frozensets, deques, arrays of objects) nest in
+        ``obj``, a nest the pickle made or filled with ``items`` (default: its own items).
+
+        Raises:
+            CorruptError: for ``obj`` nested deeper than ``_MAX_NESTING``, or a deque that a
+                nest holds filled with a nest (the depth of what holds it would be wrong).
+        """
         depth = 1
         depths = self._depths
-        for item in obj:
-            if isinstance(item, (tuple, frozenset)):
+        held = []
+        for item in obj if items is None else items:
+            if isinstance(item, _NESTS):
                 entry = depths.get(id(item))
-                depth = max(depth, 2 if entry is None else entry[1] + 1)
-        if depth > 1:
+                if entry is not None:
+                    depth = max(depth, entry[1] + 1)
+                    if isinstance(item, deque):
+                        held.append(id(item))
+                elif not isinstance(item, np.ndarray) or item.dtype.hasobject:
+                    depth = max(depth, 2)
+        if depth == 1:  # nothing nests in it: nothing changes
+            return
+        entry = depths.get(id(obj))
+        if entry is None or depth > entry[1]:
+            if entry is not None and id(obj) in self._held:
+                raise CorruptError(
+                    "the pickle fills a deque that a tuple, deque or array already holds with a tuple, deque or "
+                    "array: safe mode loads a deque filled before something holds it"
+                )
             if depth > _MAX_NESTING:
-                raise CorruptError(f"the pickle nests tuples or frozensets more than {_MAX_NESTING} deep")
+                raise CorruptError(
+                    f"the pickle nests tuples, frozensets, deques or arrays of objects more than {_MAX_NESTING} deep"
+                )
             depths[id(obj)] = (obj, depth)
+        self._held.update(held)
 
     def _made(self, obj: Any) -> Any:
-        """Return ``obj``, made by a call, its nesting recorded if it is a tuple or frozenset."""
+        """Return ``obj``, made by a call, its nesting recorded if it is a tuple, frozenset or deque."""
         self._count()
-        if isinstance(obj, (tuple, frozenset)):
+        if isinstance(obj, (tuple, frozenset, deque)):
+            if isinstance(obj, deque):  # recorded, to be found when it is filled or held
+                self._depths[id(obj)] = (obj, 1)
             self._track(obj)
+        elif f"{type(obj).__module__}.{type(obj).__qualname__}" in STATE_REQUIRED:
+            self._stateless[id(obj)] = obj
         return obj
 
     def _count(self) -> None:
@@ -225,8 +262,12 @@ class Machine:
         """Return the object on top of the stack, which the pickle fills (`_changed`), and
         whether the caller named its class exactly."""
         target = self._changed(self._stack[-1])
-        grant = self._grant(type(target))
-        return target, grant is not None and grant.how == "exact"
+        return target, self._named(type(target))
+
+    def _named(self, cls: type) -> bool:
+        """Whether the caller named ``cls`` exactly (then its code's errors are the caller's)."""
+        grant = self._grant(cls)
+        return grant is not None and grant.how == "exact"
 
     def _grant(self, obj: Any) -> Admitted | None:
         """How the policy admitted ``obj``, a global this load imported (None: it did not)."""

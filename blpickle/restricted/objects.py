@@ -6,7 +6,8 @@ numpy's dtype and array reconstructors give a `Pending` object, built from its c
 when ``BUILD`` comes: `blpickle.restricted.numpy_state`). Admitted classes are created with
 ``cls.__new__``; only names the caller gave exactly are called as pickle calls them. The
 code of admitted types runs from a stack frame whose globals are empty (nothing a callee could
-reach through the stack); what it raises comes out wrapped in a `CallerError`.
+reach through the stack): what the code of a name the caller gave exactly raises comes out
+wrapped in a `CallerError` (and is raised as it is), what other code raises as a `CorruptError`.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def call(func: Any, args: Any, grant: Admitted | None, policy: Policy, context: 
 
     Raises:
         UnsafeLoadError: for a call the policy does not admit.
-        CorruptError: for arguments that are not a tuple, or that a check refuses.
-        CallerError: carrying what admitted code raised.
+        CorruptError: for arguments that are not a tuple, or that a check or an admitted
+            class refuses.
+        CallerError: carrying what the code of an exact name raised.
     """
     _arguments(args, None, "a call")
     bound = load_callable(func)
@@ -89,7 +91,7 @@ def call(func: Any, args: Any, grant: Admitted | None, policy: Policy, context: 
     if grant.reconstructor is not None:
         return grant.reconstructor.check(args, context)
     if grant.how == "exact":
-        return _run(func, args)
+        return _run(func, func, args, exact=True)
     if grant.how == "class":
         if not args:
             return _bare(func)
@@ -111,8 +113,8 @@ def new_object(
 
     Raises:
         UnsafeLoadError: for a class the policy did not admit.
-        CorruptError: for bad arguments.
-        CallerError: carrying what ``__new__`` raised.
+        CorruptError: for bad arguments, or what ``__new__`` raised unless named exactly.
+        CallerError: carrying what ``__new__`` of an exact name raised.
     """
     if not isinstance(cls, type):
         raise CorruptError(f"NEWOBJ needs a class, not {cls!r:.80}")
@@ -124,7 +126,7 @@ def new_object(
             raise CorruptError(f"{'.'.join(_names(cls))} takes no keyword arguments in safe mode")
         return grant.reconstructor.check(args, context)  # cls.__new__(cls, *args) is cls(*args)
     if grant.how == "exact":
-        return _run(cls.__new__, (cls, *args), kwargs)
+        return _run(cls, cls.__new__, (cls, *args), kwargs, exact=True)
     if args or kwargs:
         raise UnsafeLoadError(
             *_names(cls),
@@ -140,35 +142,47 @@ def _bare(cls: type) -> Any:
     Raises:
         CorruptError: for a compiled class of numpy or ml_dtypes, which its reconstructors
             make: ``__new__`` alone leaves unset what its ``__init__`` sets up (a PCG64 bit
-            generator's state pointer, which its next use follows).
-        CallerError: carrying what ``__new__`` raised.
+            generator's state pointer, which its next use follows), or what ``__new__`` raised.
     """
     if not cls.__flags__ & _HEAP_TYPE and cls.__module__.split(".")[0] in SAFE_PACKAGES:
         raise CorruptError(
             f"safe mode makes {cls.__module__}.{cls.__qualname__} objects through their reconstructors, "
             "not with __new__ alone"
         )
-    return _run(cls.__new__, (cls,))
+    return _run(cls, cls.__new__, (cls,))
 
 
-def _run(func: Any, args: tuple[Any, ...], kwargs: Any = None) -> Any:
-    """Call admitted code through `_INVOKE`, wrapping what it raises in a `CallerError`."""
+def _run(owner: Any, func: Any, args: tuple[Any, ...], kwargs: Any = None, *, exact: bool = False) -> Any:
+    """Call admitted code through `_INVOKE`: ``func``, of ``owner`` (a class or function).
+
+    Raises:
+        CallerError: carrying what it raised, for code the caller named exactly (its errors
+            are the caller's, as pickle's are).
+        CorruptError: for what other code raised (a class admitted as data, by safe mode or a
+            package pattern, refused what the pickle gave it), the error as its cause.
+    """
     try:
         return _INVOKE(func, args, kwargs or {})
     except Exception as exc:
-        raise CallerError(exc) from exc
+        if exact:
+            raise CallerError(exc) from exc
+        raise CorruptError(
+            f"{'.'.join(_names(owner))} refuses what the pickle gives it: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _names(obj: Any) -> tuple[str, str]:
     return str(getattr(obj, "__module__", "?")), str(getattr(obj, "__qualname__", type(obj).__name__))
 
 
-def set_state(obj: Any, state: Any, context: Context) -> None:
-    """Set the state of an object of a type the caller allowed, as pickle's ``BUILD`` does.
+def set_state(obj: Any, state: Any, context: Context, exact: bool) -> None:
+    """Set the state of an object of a type the caller allowed, as pickle's ``BUILD`` does;
+    ``exact``: the caller named its class exactly.
 
     Raises:
-        CorruptError: for a builtin or numpy object.
-        CallerError: carrying what the object's ``__setstate__`` raised.
+        CorruptError: for a builtin or numpy object, or what its ``__setstate__`` raised
+            unless ``exact``.
+        CallerError: carrying what its ``__setstate__`` raised, if ``exact``.
     """
     kinds = next((kinds for cls, kinds in _NUMPY_STATES.items() if isinstance(obj, cls)), None)
     if is_builtin(type(obj)) and kinds is None:
@@ -181,7 +195,7 @@ def set_state(obj: Any, state: Any, context: Context) -> None:
         if guard is not None:
             guard(obj, state)
     if kinds is None:
-        _run(_apply_state, (obj, state))
+        _run(type(obj), _apply_state, (obj, state), exact=exact)
     else:  # numpy's own state, set through numpy's checks: what they refuse is a damaged pickle
         try:
             _apply_state(obj, state)
@@ -242,7 +256,8 @@ def _fill(
     Raises:
         CorruptError: for a builtin or numpy object, or another object of a class admitted as
             data (an array, a frame: its ``__setitem__`` would write into memory whose
-            contents were checked).
+            contents were checked), or what its methods raised unless ``trusted``.
+        CallerError: carrying what the methods of a ``trusted`` class raised.
     """
     if type(target) is containers[0]:
         builtin(target)
@@ -252,7 +267,7 @@ def _fill(
             "objects, their subclasses, and objects of classes the caller names exactly"
         )
     else:
-        _run(other, (target,))
+        _run(type(target), other, (target,), exact=trusted)
 
 
 def _extend(target: Any, items: list[Any]) -> None:

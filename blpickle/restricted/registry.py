@@ -23,6 +23,7 @@ __all__ = [
     "REGISTRY",
     "STATE_CHECKS",
     "STATE_GUARDS",
+    "STATE_REQUIRED",
     "Context",
     "Family",
     "Reconstructor",
@@ -42,6 +43,7 @@ FAMILIES: tuple[Family, ...] = pandas.FAMILIES
 #: Checks of an object's state after ``BUILD`` set it, by the import path of its class (or a
 #: base): for states whose library checks their types but not their values.
 STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
+    **stdlib.STATE_CHECKS,
     **numpy.STATE_CHECKS,
     **pandas.STATE_CHECKS,
     **sklearn.STATE_CHECKS,
@@ -49,3 +51,6 @@ STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
 #: Checks of a state before ``BUILD`` sets it, by the import path of the object's class (or a
 #: base): for states that a library acts on as it sets them.
 STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = pandas.STATE_GUARDS
+#: Classes whose objects are broken without a state, by import path: a load that makes one
+#: must give it its state (``BUILD``).
+STATE_REQUIRED: frozenset[str] = stdlib.STATE_REQUIRED

@@ -21,6 +21,7 @@ from __future__ import annotations
 import codecs
 import pickle
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -126,6 +127,9 @@ class RestrictedUnpickler(Machine):
             raise CorruptError("the pickle stops with nothing on its stack")
         if self._pending:
             raise CorruptError("the pickle stops before every numpy dtype and array it made got its state")
+        if self._stateless:
+            kind = type(next(iter(self._stateless.values())))
+            raise CorruptError(f"the pickle stops before a {kind.__module__}.{kind.__qualname__} it made got its state")
         value = self._stack.pop()
         if isinstance(value, Pending):
             raise CorruptError("the pickle returns a numpy object that never got its state")
@@ -269,12 +273,16 @@ class RestrictedUnpickler(Machine):
         self._stack.append(pairs(items, {}))
 
     def _append(self) -> None:
-        value = self._stack.pop()
-        extend(*self._filled(), [value])
+        self._extend([self._stack.pop()])
 
     def _appends(self) -> None:
-        items = self._pop_mark()
-        extend(*self._filled(), items)
+        self._extend(self._pop_mark())
+
+    def _extend(self, items: list[Any]) -> None:
+        target, trusted = self._filled()
+        if isinstance(target, deque):
+            self._track(target, items)
+        extend(target, trusted, items)
 
     def _setitem(self) -> None:
         value = self._stack.pop()
@@ -366,7 +374,7 @@ class RestrictedUnpickler(Machine):
                     f"the pickle sets the state of a {type(obj).__qualname__} that has its state already: "
                     "safe mode sets an object's state once, where it is made"
                 )
-            set_state(self._changed(obj), state, self._context)
+            set_state(self._changed(obj), state, self._context, self._named(type(obj)))
             self._mark_built(obj)
             return
         built: Any
@@ -374,6 +382,8 @@ class RestrictedUnpickler(Machine):
             built = dtype_from_state(obj.args, state)
         else:
             built = array_from_state(state, self._context.copying)
+            if built.dtype.hasobject:
+                self._track(built, state[-1])
         self._pending -= 1
         self._stack[-1] = built
         for key in obj.keys:

@@ -8,12 +8,13 @@ import datetime
 import importlib
 import re
 from collections import Counter, OrderedDict, defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import CorruptError, UnsafeLoadError
 from .checks import Check, Context, Reconstructor, check_arity, check_types
 
-__all__ = ["RECONSTRUCTORS", "load_callable"]
+__all__ = ["RECONSTRUCTORS", "STATE_CHECKS", "STATE_REQUIRED", "load_callable"]
 
 #: Builtin types a ``defaultdict`` may make its missing values with.
 _FACTORIES = (list, dict, set, frozenset, tuple, int, float, complex, str, bytes, bool, OrderedDict, Counter)
@@ -284,3 +285,16 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
     "pytz._UTC": Reconstructor(_pytz_utc),
     "fractions.Fraction": Reconstructor(_string_number(importlib.import_module("fractions").Fraction, _FRACTION)),
 }
+
+
+def _uuid_state(obj: Any, context: Context) -> None:
+    """A UUID's number is an int of 128 bits (its ``__setstate__`` takes any object)."""
+    value = getattr(obj, "int", None)
+    if type(value) is not int or not 0 <= value < 1 << 128:
+        raise CorruptError(f"a UUID's number is an int of 128 bits, not {value!r:.80}")
+
+
+#: Checks of an object's state after ``BUILD`` set it, by the import path of its class.
+STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {"uuid.UUID": _uuid_state}
+#: Classes whose objects are broken without a state: a load that makes one must give it one.
+STATE_REQUIRED = frozenset({"uuid.UUID"})
