@@ -525,7 +525,7 @@ class RecordReader:
         size = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
         if size != info.nbytes:
             raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
-        end = source.size()
+        end = source.size(source.pos + size)
         if end is not None and size > end - source.pos:
             raise TruncatedError(what, source.pos, size, end - source.pos)
         return what, offset

@@ -63,8 +63,9 @@ class Source:
         thread; or None (then nothing is read), as for fewer than ``least`` bytes."""
         return None
 
-    def size(self) -> int | None:
-        """Bytes from the record start to the end of the data, if known."""
+    def size(self, least: int = 0) -> int | None:
+        """Bytes from the record start to the end of the data, if known: a file is measured
+        again only when it held fewer than ``least`` when last measured."""
         return None
 
     def random_access(self) -> Ranges | None:
@@ -114,7 +115,7 @@ class MemorySource(Source):
             return None
         return np.frombuffer(self.read(size, what), dtype=np.uint8)
 
-    def size(self) -> int:
+    def size(self, least: int = 0) -> int:
         return len(self._view)
 
     def random_access(self) -> MemoryRanges:
@@ -143,6 +144,7 @@ class FileSource(Source):
         self._fileno = plain_fileno(file)
         self._start = 0 if self._fileno is None else file.tell() - pos
         self.system_reads = self._fileno is not None
+        self._measured = -1  # the file's size when last measured (-1: never)
 
     def read(self, size: int, what: str) -> bytes | bytearray:
         data: bytes | bytearray = self._file.read(min(size, READ_SIZE)) or b""
@@ -163,7 +165,7 @@ class FileSource(Source):
         if self._fileno is None or size < least:
             return None
         start = self._start + self.pos
-        if os.fstat(self._fileno).st_size < start + size:
+        if self._file_size(self._fileno, start + size) < start + size:
             return None  # read now, to raise TruncatedError
         self._file.seek(start + size)
         pending = PendingRead(self._fileno, start, size, what, self.pos)
@@ -184,10 +186,17 @@ class FileSource(Source):
             done += count
             self.pos += count
 
-    def size(self) -> int | None:
+    def size(self, least: int = 0) -> int | None:
         if self._fileno is None:
             return None
-        return os.fstat(self._fileno).st_size - self._start
+        return self._file_size(self._fileno, self._start + least) - self._start
+
+    def _file_size(self, fileno: int, least: int) -> int:
+        """The size of the file ``fileno`` (ours): as last measured, measured again when that
+        was under ``least`` (one system call less for each stream read from a plain file)."""
+        if self._measured < least:
+            self._measured = os.fstat(fileno).st_size
+        return self._measured
 
     def random_access(self) -> FileRanges | None:
         return None if self._fileno is None else FileRanges(self._file, start=self._start)
@@ -266,8 +275,8 @@ class RecordingSource(Source):
         self._data += dst
         self.pos = self._source.pos
 
-    def size(self) -> int | None:
-        return self._source.size()
+    def size(self, least: int = 0) -> int | None:
+        return self._source.size(least)
 
     def replay(self) -> MemorySource:
         """Return a source of the bytes kept, at the record start."""
