@@ -274,6 +274,10 @@ def test_pytz_time_zones_of_pandas_2():
     for args in (("../../etc/passwd",), ("UTC", [1])):
         with pytest.raises(blpickle.CorruptError):
             blpickle.loads(_call("pytz", "_p", *args), safe=True)
+    for made in (b"\x8c\x04pytz\x8c\x04_UTC\x93)R", b"\x8c\x04pytz\x8c\x02_p\x93\x8c\x0cEurope/Paris\x85R"):
+        with pytest.raises(blpickle.CorruptError, match="has its state already"):  # pytz's own, for every user
+            blpickle.loads(b"\x80\x04" + made + b"}\x8c\x04zone\x8c\x03BADsb.", safe=True)
+    assert pytz.utc.zone == "UTC" and pytz.timezone("Europe/Paris").zone == "Europe/Paris"
 
 
 def test_family_members_are_called_with_plain_data_only():

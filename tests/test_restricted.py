@@ -97,6 +97,12 @@ def _deques_filled_after_held(count):
     return deque + b"0" * count + appends + get[1] + b"."
 
 
+def _nested_defaultdicts(levels):
+    """A pickle of ``levels`` defaultdicts, each holding the one before under key 0."""
+    one = b"h\x00)RK\x00h\x01sq\x010"  # a new defaultdict; [0] = memo 1; memo 1 = it
+    return b"\x80\x04ccollections\ndefaultdict\n\x94h\x00)R\x940" + one * levels + b"h\x01."
+
+
 def _nested_object_arrays(levels, tail=b"."):
     """A pickle of ``levels`` arrays of one object, each holding the next; None innermost."""
     start = b"\x80\x02cnumpy._core.multiarray\n_reconstruct\nq\x00cnumpy\nndarray\nK\x00\x85C\x01b\x87q\x01"
@@ -116,6 +122,7 @@ NESTING_CRASHES = {
     "deques nested 300,000 deep, then a bad opcode": _nested_deques(300_000, b"\xff"),
     "300,000 deques, each filled after another holds it": _deques_filled_after_held(300_000),
     "arrays of objects nested 200,000 deep": _nested_object_arrays(200_000),
+    "defaultdicts nested 150,000 deep": _nested_defaultdicts(150_000),
 }
 
 
@@ -166,6 +173,8 @@ def test_nesting_up_to_the_limit_loads():
     assert arrays.dtype == object and arrays[0].dtype == object
     with pytest.raises(blpickle.CorruptError, match="more than 1000 deep"):
         blpickle.loads(_nested_object_arrays(1001), safe=True)
+    defaultdicts = blpickle.loads(_nested_defaultdicts(998), safe=True)
+    assert type(defaultdicts) is collections.defaultdict and type(defaultdicts[0]) is collections.defaultdict
     filled = blpickle.loads(_deques_filled_after_held(2), safe=True)
     assert filled == collections.deque([collections.deque()])
 
@@ -436,7 +445,7 @@ MALFORMED = {
     b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x03f8x\x85R.": "data type",
     b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02f8\x85R.": "state",
     b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02f8\x85R\x94h\x00.": "recursive",
-    b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02f8\x85R2.": "copies a numpy dtype",
+    b"\x8c\x05numpy\x8c\x05dtype\x93\x8c\x02f8\x85R2.": "copies a dtype, array or object before",
 }
 
 
@@ -534,8 +543,42 @@ def test_a_uuid_has_a_number_of_128_bits():
         blpickle.loads(start + b"}U\x03intU\x03abcsb.", safe=True)
     with pytest.raises(blpickle.CorruptError, match="an int of 128 bits"):
         blpickle.loads(start + b"}U\x03intJ\xff\xff\xff\xffsb.", safe=True)  # -1
-    with pytest.raises(blpickle.CorruptError, match=r"before a uuid\.UUID it made got its state"):
+    with pytest.raises(blpickle.CorruptError, match="before every dtype, array and object it made got its state"):
         blpickle.loads(start + b".", safe=True)
+    with pytest.raises(blpickle.CorruptError, match="copies a dtype, array or object before its state is set"):
+        blpickle.loads(start + b"2b.", safe=True)  # DUP: a UUID without its state is not reachable
+
+
+def _repr_bomb(levels):
+    """``complex([L, L])``: each list holds the one before it twice, 2**levels items in its repr."""
+    data = b"\x80\x04\x8c\x08builtins\x8c\x07complex\x93](K\x00K\x00e"
+    for level in range(levels):
+        data += b"\x940(h" + bytes([level]) + b"h" + bytes([level]) + b"l"
+    return data + b"\x85R."
+
+
+def test_error_messages_show_a_bounded_part_of_what_they_name():
+    with pytest.raises(blpickle.CorruptError, match=r"complex\(\) takes numbers") as caught:
+        blpickle.loads(_repr_bomb(60), safe=True)  # its repr: 2**60 lists
+    assert len(str(caught.value)) < 300
+    with pytest.raises(blpickle.CorruptError, match="an int of 80000 bits"):
+        blpickle.loads(pickle.dumps(Reduces(complex, ([1 << 79_999],))), safe=True)
+
+
+#: What the libraries of vetted reconstructors raise for what they refuse: each a CorruptError.
+LIBRARY_ERRORS = {
+    "ZeroDivisionError": b"\x80\x04\x8c\tfractions\x8c\x08Fraction\x93K\x01K\x00\x86R.",
+    "InvalidOperation": b"\x80\x04\x8c\x07decimal\x8c\x07Decimal\x93\x8c\x191E99999999999999999999999\x85R.",
+    "PickleError": b"\x80\x04\x8c\x1anumpy.random.bit_generator\x8c\x1b__pyx_unpickle_SeedSequence\x93"
+    b"\x8c\x1anumpy.random.bit_generator\x8c\x0cSeedSequence\x93K\x00N\x87R.",
+}
+
+
+@pytest.mark.parametrize("error", LIBRARY_ERRORS)
+def test_what_a_vetted_reconstructor_refuses_is_a_damaged_pickle(error):
+    with pytest.raises(blpickle.CorruptError, match=error) as caught:
+        blpickle.loads(LIBRARY_ERRORS[error], safe=True)
+    assert type(caught.value.__cause__).__name__ == error
 
 
 def test_short_reads_of_a_stream_are_completed():

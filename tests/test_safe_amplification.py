@@ -410,8 +410,8 @@ def test_a_string_argument_is_read_as_pickle_reads_it():
 
 def test_arguments_nested_past_the_recursion_limit_are_malformed():
     deep = b"\x80\x04" + _global("numpy", "dtype") + P.EMPTY_LIST * 100_000 + P.APPEND * 99_999
-    with pytest.raises(blpickle.CorruptError, match="RecursionError"):
-        blpickle.loads(deep + P.TUPLE1 + P.REDUCE + P.STOP, safe=True)
+    with pytest.raises(blpickle.CorruptError, match=r"two flags, not \(\[\[\[\.\.\.\]\]\],\)"):
+        blpickle.loads(deep + P.TUPLE1 + P.REDUCE + P.STOP, safe=True)  # its message shows three levels
 
 
 @pytest.mark.parametrize("module", ["numpy.conftest", "numpy.random._examples.cffi.extending", "numpy.tests.x"])
@@ -434,3 +434,33 @@ def test_a_seed_sequence_pool_has_its_size():
     later = Reduced(__pyx_unpickle_SeedSequence, (cls, checksum, None), (*state[:3], 1 << 16, state[4]))
     with pytest.raises(blpickle.CorruptError, match="not its size"):  # the state given by BUILD
         blpickle.loads(pickle.dumps(later), safe=True)
+
+
+def test_a_cython_object_is_unreachable_until_it_gets_its_state():
+    pytest.importorskip("pandas")
+    start = _global("pandas._libs.arrays", "__pyx_unpickle_NDArrayBacked") + _global("pandas.arrays", "DatetimeArray")
+    stateless = start + P.BININT + struct.pack("<i", 0x4F1061F) + P.NONE + P.TUPLE3 + P.REDUCE  # no BUILD
+    with pytest.raises(blpickle.CorruptError, match="before every dtype, array and object it made got its state"):
+        blpickle.loads(b"\x80\x04" + stateless + P.STOP, allowed=["pandas.*"])  # its repr crashed
+    used = b"\x80\x04" + _global("builtins", "complex") + stateless + P.TUPLE1 + P.REDUCE + P.STOP
+    with pytest.raises(blpickle.CorruptError, match="takes numbers"):  # the message named it by its repr
+        blpickle.loads(used, allowed=["pandas.*"])
+
+
+def test_an_interval_array_has_bounds_of_one_length():
+    pd = pytest.importorskip("pandas")
+    intervals = pd.arrays.IntervalArray.from_breaks(np.arange(6.0))
+    assert blpickle.loads(pickle.dumps(intervals), allowed=["pandas.*"]).equals(intervals)
+    intervals.__dict__["_right"] = np.array([1.0])
+    with pytest.raises(blpickle.CorruptError, match="bounds of one length"):
+        blpickle.loads(pickle.dumps(intervals), allowed=["pandas.*"])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "V4"])
+def test_what_pandas_refuses_to_index_is_a_damaged_pickle(dtype):
+    pd = pytest.importorskip("pandas")
+    from pandas.core.indexes.base import _new_Index
+
+    forged = Reduced(_new_Index, (pd.Index, {"data": np.zeros(2, dtype=dtype)}))
+    with pytest.raises(blpickle.CorruptError, match="NotImplementedError"):
+        blpickle.loads(pickle.dumps(forged, 4), allowed=["pandas.*"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import _compat_pickle
 import importlib
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -18,7 +18,8 @@ from .budget import Budget
 from .input import PickleInput
 from .numpy_state import Pending
 from .policy import Admitted, Policy
-from .registry import STATE_REQUIRED, Context
+from .registry import Context
+from .shown import shown
 
 __all__ = [
     "COPIES_PER_BYTE",
@@ -33,13 +34,16 @@ __all__ = [
     "Refusal",
 ]
 
-#: The deepest nesting loaded of tuples, frozensets, deques and arrays of objects (Python's
-#: own recursion limit): hashing a tuple or frozenset recurses in C without a limit, and so does
-#: freeing a deque or an array of objects (a dict key, a deque or an array of objects a million
-#: deep crashes the process, when it is hashed or freed).
+#: The deepest nesting loaded of tuples, frozensets, deques, defaultdicts and arrays of objects
+#: (Python's own recursion limit): hashing a tuple or frozenset recurses in C without a limit,
+#: and so does freeing the others (a dict key, a deque or an array of objects a million deep
+#: crashes the process, when it is hashed or freed).
 _MAX_NESTING = 1000
+#: The nests that a pickle fills after making them (their C code frees them without
+#: CPython's trashcan, which bounds the recursion of freeing lists, dicts and instances).
+_FILLED_NESTS = (deque, defaultdict)
 #: What nests, if an array holds objects.
-_NESTS = (tuple, frozenset, deque, np.ndarray)
+_NESTS = (tuple, frozenset, *_FILLED_NESTS, np.ndarray)
 #: A restricted load of a decompressed pickle stream makes at most ``OBJECTS_SLACK +
 #: OBJECTS_PER_BYTE * n`` containers, objects and memo entries, n the bytes of the input read
 #: so far: a few stored bytes that decompress to millions of one-byte opcodes cannot make
@@ -112,10 +116,10 @@ class Machine:
         self._stack: list[Any] = []
         self._marks: list[list[Any]] = []
         self._memo: dict[int, Any] = {}
-        self._pending = 0  # how many dtypes and arrays wait for their state
-        #: id -> (nest, its nesting depth), for every deque the load made and every nest of depth > 1
+        self._pending = 0  # how many dtypes, arrays and objects wait for their state (`Pending`)
+        #: id -> (nest, its nesting depth), for every filled nest the load made and every nest of depth > 1
         self._depths: dict[int, tuple[Any, int]] = {}
-        self._held: set[int] = set()  # ids of the deques that a nest holds
+        self._held: set[int] = set()  # ids of the filled nests that a nest holds
         self._proto = 0
         self._grants: dict[int, Admitted] = {}  # id -> how each imported global was admitted
         self._refused: dict[str, str] = {}  # module.name -> why, once the load lists refusals
@@ -125,14 +129,12 @@ class Machine:
         #: id -> each object whose state is set (by BUILD, or by the reconstructor that made
         #: it), kept alive so that no other object gets its id during the load
         self._built: dict[int, Any] = {}
-        self._stateless: dict[int, Any] = {}  # id -> object of a STATE_REQUIRED class, until it is built
         copies = Budget("copies over {} bytes", COPIES_SLACK, COPIES_PER_BYTE, self._consumed)
         self._context = Context(policy.admitted, copies, self._mark_built)
 
     def _mark_built(self, obj: Any) -> None:
         """Record that ``obj`` has its state: a BUILD of it would change what was checked."""
         self._built[id(obj)] = obj
-        self._stateless.pop(id(obj), None)
 
     def _consumed(self) -> int:
         """The bytes of input taken so far: of the pickle stream and of out-of-band buffers."""
@@ -167,8 +169,8 @@ class Machine:
             raise CorruptError(f"the pickle refers to memo entry {key}, which it never stored") from None
         if isinstance(value, Pending):
             raise CorruptError(
-                "the pickle refers to a numpy dtype or array inside its own state (a recursive numpy "
-                "object): safe mode does not load those"
+                "the pickle refers to a dtype, array or object before it gets its state (inside its own "
+                "state: a recursive numpy object): safe mode does not load those"
             )
         self._stack.append(value)
 
@@ -182,12 +184,13 @@ class Machine:
         self._memo[key] = value
 
     def _track(self, obj: Any, items: Iterable[Any] | None = None) -> None:
-        """Record how deeply nests (tuples, frozensets, deques, arrays of objects) nest in
-        ``obj``, a nest the pickle made or filled with ``items`` (default: its own items).
+        """Record how deeply nests (tuples, frozensets, deques, defaultdicts, arrays of objects)
+        nest in ``obj``, a nest the pickle made or filled with ``items`` (default: its own).
 
         Raises:
-            CorruptError: for ``obj`` nested deeper than ``_MAX_NESTING``, or a deque that a
-                nest holds filled with a nest (the depth of what holds it would be wrong).
+            CorruptError: for ``obj`` nested deeper than ``_MAX_NESTING``, or a deque or
+                defaultdict that a nest holds filled with a nest (the depth of what holds it
+                would be wrong).
         """
         depth = 1
         depths = self._depths
@@ -197,7 +200,7 @@ class Machine:
                 entry = depths.get(id(item))
                 if entry is not None:
                     depth = max(depth, entry[1] + 1)
-                    if isinstance(item, deque):
+                    if isinstance(item, _FILLED_NESTS):
                         held.append(id(item))
                 elif not isinstance(item, np.ndarray) or item.dtype.hasobject:
                     depth = max(depth, 2)
@@ -207,25 +210,26 @@ class Machine:
         if entry is None or depth > entry[1]:
             if entry is not None and id(obj) in self._held:
                 raise CorruptError(
-                    "the pickle fills a deque that a tuple, deque or array already holds with a tuple, deque or "
-                    "array: safe mode loads a deque filled before something holds it"
+                    f"the pickle fills a {type(obj).__name__} that a tuple, deque, defaultdict or array already "
+                    "holds with one of those: safe mode loads one filled before something holds it"
                 )
             if depth > _MAX_NESTING:
                 raise CorruptError(
-                    f"the pickle nests tuples, frozensets, deques or arrays of objects more than {_MAX_NESTING} deep"
+                    "the pickle nests tuples, frozensets, deques, defaultdicts or arrays of objects more than "
+                    f"{_MAX_NESTING} deep"
                 )
             depths[id(obj)] = (obj, depth)
         self._held.update(held)
 
     def _made(self, obj: Any) -> Any:
-        """Return ``obj``, made by a call, its nesting recorded if it is a tuple, frozenset or deque."""
+        """Return ``obj``, made by a call, its nesting recorded if it nests."""
         self._count()
-        if isinstance(obj, (tuple, frozenset, deque)):
-            if isinstance(obj, deque):  # recorded, to be found when it is filled or held
+        if isinstance(obj, (tuple, frozenset, *_FILLED_NESTS)):
+            if isinstance(obj, _FILLED_NESTS):  # recorded, to be found when it is filled or held
                 self._depths[id(obj)] = (obj, 1)
             self._track(obj)
-        elif f"{type(obj).__module__}.{type(obj).__qualname__}" in STATE_REQUIRED:
-            self._stateless[id(obj)] = obj
+        elif isinstance(obj, Pending):
+            self._pending += 1
         return obj
 
     def _count(self) -> None:
@@ -235,9 +239,9 @@ class Machine:
 
     def _find_class(self, module: Any, name: Any) -> Any:
         if not isinstance(module, str) or not isinstance(name, str):
-            raise CorruptError(f"a global's module and name must be strings, not {module!r} and {name!r}")
+            raise CorruptError(f"a global's module and name must be strings, not {shown(module)} and {shown(name)}")
         if self._proto < 4 and "." in name:  # pickle looks dotted names up from protocol 4 on
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+            raise AttributeError(f"module {shown(module)} has no attribute {shown(name)}")
         python2 = (module, name) in _compat_pickle.NAME_MAPPING or module in _compat_pickle.IMPORT_MAPPING
         if python2 and not self._fix_imports and self._proto < 3:
             importlib.import_module(module)  # pickle imports the Python 2 name as it is: fails
@@ -258,10 +262,13 @@ class Machine:
             )
         return target
 
-    def _filled(self) -> tuple[Any, bool]:
-        """Return the object on top of the stack, which the pickle fills (`_changed`), and
-        whether the caller named its class exactly."""
+    def _filled(self, items: list[Any]) -> tuple[Any, bool]:
+        """Return the object on top of the stack, which the pickle fills with ``items``
+        (`_changed`; its nesting tracked if it nests), and whether the caller named its class
+        exactly."""
         target = self._changed(self._stack[-1])
+        if isinstance(target, _FILLED_NESTS):
+            self._track(target, items)
         return target, self._named(type(target))
 
     def _named(self, cls: type) -> bool:

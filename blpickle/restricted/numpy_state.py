@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import CorruptError, LimitError
+from .shown import shown
 
 __all__ = ["Pending", "array_from_state", "dtype_from_state"]
 
@@ -33,7 +34,10 @@ def _is_shape(shape: Any) -> bool:
 
 
 class Pending:
-    """A dtype or array made by ``REDUCE``, waiting for its state (``BUILD``)."""
+    """What ``REDUCE`` or ``NEWOBJ`` made, waiting for its state (``BUILD``): a numpy dtype
+    or array (``kind`` "dtype" or "array", built from its state and ``args``) or an object
+    that is broken without its state (kind "object", ``args`` holding it), unreachable
+    until then."""
 
     __slots__ = ("args", "keys", "kind")
 
@@ -51,17 +55,17 @@ def dtype_from_state(args: tuple[Any, ...], state: Any) -> np.dtype:
     """
     if not isinstance(state, tuple) or len(state) not in (8, 9) or state[0] not in (3, 4):
         raise CorruptError(
-            f"a numpy dtype's state must be a tuple of 8 or 9 items of version 3 or 4, not {state!r:.120}"
+            f"a numpy dtype's state must be a tuple of 8 or 9 items of version 3 or 4, not {shown(state, 120)}"
         )
     endian, subarray, names, fields, elsize, _alignment, flags = state[1:8]
     extra = state[8] if len(state) == 9 else None
     base = np.dtype(args[0])
     if endian not in _BYTE_ORDERS or type(elsize) is not int or type(flags) is not int:
-        raise CorruptError(f"a numpy dtype's state has a bad byte order, item size or flags: {state!r:.120}")
+        raise CorruptError(f"a numpy dtype's state has a bad byte order, item size or flags: {shown(state, 120)}")
     metadata, datetime = extra, None
     if base.kind in "mM":
         if not (isinstance(extra, tuple) and len(extra) == 2):
-            raise CorruptError(f"a numpy datetime dtype's state must hold its unit, not {extra!r:.120}")
+            raise CorruptError(f"a numpy datetime dtype's state must hold its unit, not {shown(extra, 120)}")
         metadata, datetime = extra
     if metadata is not None and type(metadata) is not dict:
         raise CorruptError(f"a numpy dtype's metadata must be a dict, not {type(metadata).__name__}")
@@ -86,7 +90,7 @@ def dtype_from_state(args: tuple[Any, ...], state: Any) -> np.dtype:
     except CorruptError:
         raise
     except Exception as exc:
-        raise CorruptError(f"numpy refuses the dtype state {state!r:.120}: {exc}") from None
+        raise CorruptError(f"numpy refuses the dtype state {shown(state, 120)}: {exc}") from None
     return dtype
 
 
@@ -98,16 +102,16 @@ def _structured(base: np.dtype, names: Any, fields: Any, elsize: int, aligned: b
     for name in names:
         field = fields.get(name) if isinstance(name, str) else None
         if not (type(field) is tuple and len(field) in (2, 3)):
-            raise CorruptError(f"the field {name!r:.80} of a numpy dtype has no (dtype, offset[, title]) entry")
+            raise CorruptError(f"the field {shown(name)} of a numpy dtype has no (dtype, offset[, title]) entry")
         dtype, offset = field[:2]
         title = field[2] if len(field) == 3 else None
         if not isinstance(dtype, np.dtype) or type(offset) is not int or not 0 <= offset <= elsize - dtype.itemsize:
             raise CorruptError(
-                f"the field {name!r:.80} of a numpy dtype of {elsize} bytes must be a dtype at an offset "
-                f"inside it, not {field!r:.120}"
+                f"the field {shown(name)} of a numpy dtype of {elsize} bytes must be a dtype at an offset "
+                f"inside it, not {shown(field, 120)}"
             )
         if title is not None and not (isinstance(title, str) and fields.get(title) == field):
-            raise CorruptError(f"the field {name!r:.80} of a numpy dtype has a bad title {title!r:.80}")
+            raise CorruptError(f"the field {shown(name)} of a numpy dtype has a bad title {shown(title)}")
         formats.append(dtype)
         offsets.append(offset)
         titles.append(title)
@@ -122,11 +126,11 @@ def _structured(base: np.dtype, names: Any, fields: Any, elsize: int, aligned: b
 def _subarray(subarray: Any, elsize: int) -> np.dtype:
     """A subarray dtype from the ``(base, shape)`` of a dtype state."""
     if not (type(subarray) is tuple and len(subarray) == 2 and isinstance(subarray[0], np.dtype)):
-        raise CorruptError(f"a numpy subarray dtype's state must hold (dtype, shape), not {subarray!r:.120}")
+        raise CorruptError(f"a numpy subarray dtype's state must hold (dtype, shape), not {shown(subarray, 120)}")
     base, shape = subarray
     shape = (shape,) if type(shape) is int else shape
     if not _is_shape(shape):
-        raise CorruptError(f"a numpy subarray dtype's shape must be a tuple of sizes, not {shape!r:.80}")
+        raise CorruptError(f"a numpy subarray dtype's shape must be a tuple of sizes, not {shown(shape)}")
     if base.hasobject or (not base.itemsize and math.prod(shape) > 1):  # items from no data
         raise CorruptError(f"safe mode loads no subarray dtype of objects or of empty items ({base}, shape {shape})")
     if math.prod(shape) * base.itemsize != elsize:
@@ -137,10 +141,10 @@ def _subarray(subarray: Any, elsize: int) -> np.dtype:
 def _datetime(base: np.dtype, datetime: Any) -> np.dtype:
     """A datetime64 or timedelta64 dtype from the ``(unit, count, 1, 1)`` of a dtype state."""
     if not (type(datetime) is tuple and len(datetime) == 4 and type(datetime[0]) is bytes):
-        raise CorruptError(f"a numpy datetime dtype's unit must be (unit, count, 1, 1), not {datetime!r:.80}")
+        raise CorruptError(f"a numpy datetime dtype's unit must be (unit, count, 1, 1), not {shown(datetime)}")
     unit, count = datetime[0].decode("ascii", "replace"), datetime[1]
     if unit not in _DATETIME_UNITS or type(count) is not int or not 1 <= count < 1 << 31:
-        raise CorruptError(f"a numpy datetime dtype cannot have the unit {datetime!r:.80}")
+        raise CorruptError(f"a numpy datetime dtype cannot have the unit {shown(datetime)}")
     return np.dtype(f"{base.char}8" if unit == "generic" else f"{base.char}8[{count}{unit}]")
 
 
@@ -156,12 +160,12 @@ def array_from_state(state: Any, copying: Callable[[int], None]) -> np.ndarray:
     if isinstance(state, tuple) and len(state) == 5 and state[0] == 1:
         state = state[1:]
     if not (isinstance(state, tuple) and len(state) == 4):
-        raise CorruptError(f"a numpy array's state must be (1, shape, dtype, fortran, data), not {state!r:.120}")
+        raise CorruptError(f"a numpy array's state must be (1, shape, dtype, fortran, data), not {shown(state, 120)}")
     shape, dtype, fortran, data = state
     if not _is_shape(shape):
-        raise CorruptError(f"a numpy array's shape must be a tuple of sizes, not {shape!r:.80}")
+        raise CorruptError(f"a numpy array's shape must be a tuple of sizes, not {shown(shape)}")
     if not isinstance(dtype, np.dtype) or type(fortran) not in (bool, int):
-        raise CorruptError(f"a numpy array's state must hold a dtype and a flag, not {dtype!r:.80}, {fortran!r:.80}")
+        raise CorruptError(f"a numpy array's state must hold a dtype and a flag, not {shown(dtype)}, {shown(fortran)}")
     order: Literal["C", "F"] = "F" if fortran else "C"
     count = math.prod(shape)
     native = dtype.newbyteorder("=") if dtype.byteorder in "<>" and not dtype.isnative else dtype

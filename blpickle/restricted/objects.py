@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import CorruptError, UnsafeLoadError
 from .numpy_state import Pending
 from .policy import SAFE_PACKAGES, Admitted, Policy
-from .registry import STATE_CHECKS, STATE_GUARDS, Context, call_member, load_callable
+from .registry import STATE_CHECKS, STATE_GUARDS, Context, awaiting_state, call_member, load_callable
+from .shown import shown
 
 __all__ = [
     "CallerError",
@@ -64,7 +65,7 @@ class CallerError(Exception):
 
 def _arguments(args: Any, kwargs: Any, what: str) -> None:
     if not isinstance(args, tuple) or not (kwargs is None or isinstance(kwargs, dict)):
-        raise CorruptError(f"{what}'s arguments must be a tuple (and a dict), not {args!r:.80}")
+        raise CorruptError(f"{what}'s arguments must be a tuple (and a dict), not {shown(args)}")
 
 
 def call(func: Any, args: Any, grant: Admitted | None, policy: Policy, context: Context) -> Any:
@@ -117,7 +118,7 @@ def new_object(
         CallerError: carrying what ``__new__`` of an exact name raised.
     """
     if not isinstance(cls, type):
-        raise CorruptError(f"NEWOBJ needs a class, not {cls!r:.80}")
+        raise CorruptError(f"NEWOBJ needs a class, not {shown(cls)}")
     _arguments(args, kwargs, "NEWOBJ")
     if grant is None:
         raise UnsafeLoadError(*_names(cls), "the pickle creates a class that it did not import as a global")
@@ -149,7 +150,7 @@ def _bare(cls: type) -> Any:
             f"safe mode makes {cls.__module__}.{cls.__qualname__} objects through their reconstructors, "
             "not with __new__ alone"
         )
-    return _run(cls, cls.__new__, (cls,))
+    return awaiting_state(_run(cls, cls.__new__, (cls,)))
 
 
 def _run(owner: Any, func: Any, args: tuple[Any, ...], kwargs: Any = None, *, exact: bool = False) -> Any:

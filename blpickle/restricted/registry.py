@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .reconstructors import numpy, pandas, sklearn, stdlib
-from .reconstructors.checks import Context, Family, Reconstructor, call_member
+from .reconstructors.checks import Context, Family, Reconstructor, awaiting_state, call_member
 from .reconstructors.stdlib import load_callable
 
 __all__ = [
@@ -23,10 +23,10 @@ __all__ = [
     "REGISTRY",
     "STATE_CHECKS",
     "STATE_GUARDS",
-    "STATE_REQUIRED",
     "Context",
     "Family",
     "Reconstructor",
+    "awaiting_state",
     "call_member",
     "load_callable",
 ]
@@ -51,6 +51,3 @@ STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
 #: Checks of a state before ``BUILD`` sets it, by the import path of the object's class (or a
 #: base): for states that a library acts on as it sets them.
 STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = pandas.STATE_GUARDS
-#: Classes whose objects are broken without a state, by import path: a load that makes one
-#: must give it its state (``BUILD``).
-STATE_REQUIRED: frozenset[str] = stdlib.STATE_REQUIRED

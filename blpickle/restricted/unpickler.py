@@ -21,7 +21,6 @@ from __future__ import annotations
 import codecs
 import pickle
 import struct
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -56,7 +55,8 @@ class RestrictedUnpickler(Machine):
             CorruptError, TruncatedError: for a malformed pickle.
             UnsafeLoadError: for a global the policy refuses, or an opcode safe mode refuses:
                 it lists every global of the pickle the policy refuses.
-            LimitError: for a pickle that makes more objects than its input pays for.
+            LimitError: for a pickle that makes more objects than its input pays for, or that
+                needs more memory than there is.
         """
         try:
             try:
@@ -71,17 +71,9 @@ class RestrictedUnpickler(Machine):
             raise
         except (ImportError, AttributeError) as exc:
             raise CorruptError(f"the pickle names a global that cannot be imported: {exc}") from exc
-        except (
-            pickle.UnpicklingError,
-            EOFError,
-            TypeError,
-            ValueError,
-            IndexError,
-            KeyError,
-            OverflowError,
-            RecursionError,
-            struct.error,
-        ) as exc:
+        except MemoryError as exc:
+            raise LimitError(f"the pickle needs more memory than there is, near offset {self._input.offset}") from exc
+        except Exception as exc:  # what a check or a vetted reconstructor's library refused
             raise CorruptError(
                 f"the pickle is malformed near offset {self._input.offset}: {type(exc).__name__}: {exc}"
             ) from exc
@@ -126,10 +118,7 @@ class RestrictedUnpickler(Machine):
         if not self._stack:
             raise CorruptError("the pickle stops with nothing on its stack")
         if self._pending:
-            raise CorruptError("the pickle stops before every numpy dtype and array it made got its state")
-        if self._stateless:
-            kind = type(next(iter(self._stateless.values())))
-            raise CorruptError(f"the pickle stops before a {kind.__module__}.{kind.__qualname__} it made got its state")
+            raise CorruptError("the pickle stops before every dtype, array and object it made got its state")
         value = self._stack.pop()
         if isinstance(value, Pending):
             raise CorruptError("the pickle returns a numpy object that never got its state")
@@ -163,7 +152,7 @@ class RestrictedUnpickler(Machine):
     def _dup(self) -> None:
         value = self._stack[-1]
         if type(value) is Pending:
-            raise CorruptError("the pickle copies a numpy dtype or array before its state is set")
+            raise CorruptError("the pickle copies a dtype, array or object before its state is set")
         self._stack.append(value)
 
     def _int(self) -> None:
@@ -279,23 +268,24 @@ class RestrictedUnpickler(Machine):
         self._extend(self._pop_mark())
 
     def _extend(self, items: list[Any]) -> None:
-        target, trusted = self._filled()
-        if isinstance(target, deque):
-            self._track(target, items)
+        target, trusted = self._filled(items)
         extend(target, trusted, items)
 
     def _setitem(self) -> None:
         value = self._stack.pop()
         key = self._stack.pop()
-        set_items(*self._filled(), [key, value])
+        self._set_items([key, value])
 
     def _setitems(self) -> None:
-        items = self._pop_mark()
-        set_items(*self._filled(), items)
+        self._set_items(self._pop_mark())
+
+    def _set_items(self, items: list[Any]) -> None:
+        target, trusted = self._filled(items)
+        set_items(target, trusted, items)
 
     def _additems(self) -> None:
         items = self._pop_mark()
-        add_items(*self._filled(), items)
+        add_items(*self._filled(items), items)
 
     def _get(self) -> None:
         self._memo_get(int(self._line()))
@@ -342,8 +332,6 @@ class RestrictedUnpickler(Machine):
             result = call(func, args, self._grant(func), self._policy, self._context)
         except UnsafeLoadError as exc:
             raise Refusal(exc) from None
-        if isinstance(result, Pending):
-            self._pending += 1
         self._stack.append(self._made(result))
 
     def _newobj(self) -> None:
@@ -380,10 +368,14 @@ class RestrictedUnpickler(Machine):
         built: Any
         if obj.kind == "dtype":
             built = dtype_from_state(obj.args, state)
-        else:
+        elif obj.kind == "array":
             built = array_from_state(state, self._context.copying)
             if built.dtype.hasobject:
                 self._track(built, state[-1])
+        else:  # an object that is broken without its state
+            built = obj.args[0]
+            set_state(built, state, self._context, self._named(type(built)))
+            self._mark_built(built)
         self._pending -= 1
         self._stack[-1] = built
         for key in obj.keys:

@@ -11,12 +11,16 @@ from typing import Any, NamedTuple
 
 from ...errors import CorruptError
 from ..budget import Budget
+from ..numpy_state import Pending
+from ..shown import shown
 
 __all__ = [
+    "STATE_REQUIRED",
     "Check",
     "Context",
     "Family",
     "Reconstructor",
+    "awaiting_state",
     "call_member",
     "check_arity",
     "check_types",
@@ -63,7 +67,7 @@ class Context:
     def subclass(self, cls: Any, base: type, what: str) -> type:
         """Return ``cls`` if it is an admitted subclass of ``base``; raise `CorruptError`."""
         if not (isinstance(cls, type) and issubclass(cls, base) and self.admitted(cls)):
-            raise CorruptError(f"{what} builds admitted subclasses of {base.__qualname__}, not {cls!r:.80}")
+            raise CorruptError(f"{what} builds admitted subclasses of {base.__qualname__}, not {shown(cls)}")
         return cls
 
 
@@ -94,7 +98,7 @@ _PLAIN = (int, float, bool, str, bytes, type(None), datetime.timedelta)
 def call_member(cls: type, args: tuple[Any, ...]) -> Any:
     """Return ``cls(*args)`` for a member of a `Family`, if ``args`` is plain data; raise."""
     if not all(isinstance(arg, _PLAIN) or _is_na(arg) for arg in args):
-        raise CorruptError(f"{cls.__qualname__} is called with plain data in safe mode, not {args!r:.120}")
+        raise CorruptError(f"{cls.__qualname__} is called with plain data in safe mode, not {shown(args, 120)}")
     return cls(*args)
 
 
@@ -112,8 +116,21 @@ def check_arity(args: tuple[Any, ...], low: int, high: int, what: str) -> None:
 def check_types(args: tuple[Any, ...], types: tuple[tuple[type, ...], ...], what: str) -> tuple[Any, ...]:
     """Return ``args`` if each is an instance of its ``types`` entry (same count); raise."""
     if len(args) != len(types) or not all(isinstance(a, t) for a, t in zip(args, types, strict=True)):
-        raise CorruptError(f"{what} takes {len(types)} arguments of other types in safe mode, not {args!r:.120}")
+        raise CorruptError(f"{what} takes {len(types)} arguments of other types in safe mode, not {shown(args, 120)}")
     return args
+
+
+#: Classes whose objects are broken without a state, by import path: one made without its
+#: state waits for ``BUILD`` in a `Pending` (the objects of Cython classes made so all do).
+STATE_REQUIRED = frozenset({"uuid.UUID"})
+
+
+def awaiting_state(obj: Any) -> Any:
+    """Return ``obj``, just made without its state; or, if its class is in `STATE_REQUIRED`,
+    a `Pending` holding it, which ``BUILD`` gives its state (and a load never giving it one
+    is refused)."""
+    cls = type(obj)
+    return Pending("object", (obj,)) if f"{cls.__module__}.{cls.__qualname__}" in STATE_REQUIRED else obj
 
 
 def cython_state(base: str, what: str, state_check: Callable[[Any, Context], None] | None = None) -> Check:
@@ -127,7 +144,7 @@ def cython_state(base: str, what: str, state_check: Callable[[Any, Context], Non
         context.subclass(cls, getattr(importlib.import_module(module), name), what)
         made = getattr(importlib.import_module(module), what)(cls, checksum, state)
         if state is None:
-            return made  # BUILD sets its state next
+            return Pending("object", (made,))  # BUILD sets its state next: unusable until then
         if state_check is not None:
             state_check(made, context)
         return context.built(made)

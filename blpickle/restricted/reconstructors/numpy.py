@@ -14,6 +14,7 @@ from ... import tensors
 from ...arrays import rebuild_ndarray, rebuild_view, view_extent
 from ...errors import CorruptError, LimitError, UnsafeLoadError
 from ..numpy_state import Pending
+from ..shown import shown
 from .checks import Check, Context, Reconstructor, check_arity, cython_state
 
 __all__ = ["RECONSTRUCTORS", "STATE_CHECKS"]
@@ -29,15 +30,15 @@ def _dtype(args: tuple[Any, ...], context: Context) -> Any:
     code = args[0]
     if isinstance(code, type):
         if not (issubclass(code, np.generic) and context.admitted(code)):
-            raise CorruptError(f"numpy.dtype takes an admitted numpy scalar type in safe mode, not {code!r:.80}")
+            raise CorruptError(f"numpy.dtype takes an admitted numpy scalar type in safe mode, not {shown(code)}")
     elif not isinstance(code, str) or len(code) > _MAX_CODE:
-        raise CorruptError(f"numpy.dtype takes a type code or scalar type and two flags in safe mode, not {args!r:.80}")
+        raise CorruptError(f"numpy.dtype takes a type code or a scalar type and two flags, not {shown(args)}")
     if not all(type(flag) in (bool, int) for flag in args[1:]):
-        raise CorruptError(f"numpy.dtype takes a type code or scalar type and two flags in safe mode, not {args!r:.80}")
+        raise CorruptError(f"numpy.dtype takes a type code or a scalar type and two flags, not {shown(args)}")
     try:
         np.dtype(code)  # check it now
     except Exception as exc:  # numpy raises TypeError, ValueError, even SyntaxError for some codes
-        raise CorruptError(f"numpy.dtype refuses the type code {code!r}: {exc}") from None
+        raise CorruptError(f"numpy.dtype refuses the type code {shown(code)}: {exc}") from None
     return Pending("dtype", args)
 
 
@@ -45,19 +46,19 @@ def _reconstruct(args: tuple[Any, ...], context: Context) -> Any:
     check_arity(args, 3, 3, "numpy _reconstruct")
     if args[0] is np.ndarray:
         return Pending("array", args)
-    raise CorruptError(f"numpy _reconstruct rebuilds numpy.ndarray in safe mode, not {args[0]!r:.80}")
+    raise CorruptError(f"numpy _reconstruct rebuilds numpy.ndarray in safe mode, not {shown(args[0])}")
 
 
 def _scalar(args: tuple[Any, ...], context: Context) -> Any:
     check_arity(args, 1, 2, "numpy scalar")
     dtype = args[0]
     if not isinstance(dtype, np.dtype):
-        raise CorruptError(f"numpy scalar needs a dtype, not {dtype!r:.80}")
+        raise CorruptError(f"numpy scalar needs a dtype, not {shown(dtype)}")
     if dtype == np.dtype(object):
         return args[1] if len(args) == 2 else None
     data = args[1] if len(args) == 2 else b""
     if dtype.hasobject or type(data) is not bytes or len(data) != dtype.itemsize:
-        raise CorruptError(f"a numpy scalar of dtype {dtype} needs {dtype.itemsize} bytes, not {data!r:.80}")
+        raise CorruptError(f"a numpy scalar of dtype {dtype} needs {dtype.itemsize} bytes, not {shown(data)}")
     context.copying(dtype.itemsize)
     try:
         return _SCALAR(dtype, data)
@@ -120,7 +121,7 @@ def _bit_generator(args: tuple[Any, ...], context: Context) -> Any:
     kind = args[0] if args else "MT19937"
     cls = kinds.get(kind) if isinstance(kind, str) else kind
     if cls is None or cls not in kinds.values():
-        raise CorruptError(f"numpy's bit generators are {sorted(kinds)}, not {kind!r:.80}")
+        raise CorruptError(f"numpy's bit generators are {sorted(kinds)}, not {shown(kind)}")
     return cls()
 
 
@@ -135,7 +136,7 @@ def _generator(cls_name: str) -> Check:
         if isinstance(bits, str):
             bits = _bit_generator((bits,), context)
         if not isinstance(bits, random.BitGenerator):
-            raise CorruptError(f"a numpy {cls_name} takes a bit generator, not {bits!r:.80}")
+            raise CorruptError(f"a numpy {cls_name} takes a bit generator, not {shown(bits)}")
         return getattr(random, cls_name)(bits)
 
     return check
@@ -152,7 +153,7 @@ def _random_state(obj: Any, context: Context) -> None:
     state = bits.state
     inner = state.get("state", {})
     if "pos" in inner and not (0 <= inner["pos"] <= 624 and np.shape(inner.get("key")) == (624,)):
-        raise CorruptError(f"an MT19937 state must have a position within its 624 words, not {inner['pos']!r:.40}")
+        raise CorruptError(f"an MT19937 state must have a position within its 624 words, not {shown(inner['pos'], 40)}")
     if "buffer_pos" in state and not 0 <= state["buffer_pos"] <= np.size(state.get("buffer", ())):
         raise CorruptError(f"a Philox state must have a buffer position within its buffer, not {state['buffer_pos']}")
     if state.get("has_uint32", 0) not in (0, 1):

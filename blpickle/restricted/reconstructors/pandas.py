@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import CorruptError
+from ..shown import shown
 from .checks import Check, Context, Family, Reconstructor, check_arity, check_types, cython_state
 
 __all__ = ["FAMILIES", "RECONSTRUCTORS", "STATE_CHECKS", "STATE_GUARDS"]
@@ -34,7 +35,7 @@ def _pandas_index(function: str) -> Check:
         cls, fields = check_types(args, ((type,), (dict,)), function)
         context.subclass(cls, pandas.Index, function)
         if not all(type(key) is str for key in fields) or not _INDEX_KEYS.issuperset(fields):
-            raise CorruptError(f"{function} takes a dict of the keys pandas writes, not {list(fields)!r:.80}")
+            raise CorruptError(f"{function} takes a dict of the keys pandas writes, not {shown(list(fields))}")
         data = fields.get("data")
         # an Index as data (a RangeIndex of 10**9 rows takes a few bytes) would be materialized
         if data is not None and not isinstance(data, (np.ndarray, pandas.api.extensions.ExtensionArray)):
@@ -67,7 +68,7 @@ def _pandas_manager(args: tuple[Any, ...], context: Context) -> Any:
     if not all(isinstance(block, internals.Block) for block in blocks) or not all(
         isinstance(axis, pandas.Index) for axis in axes
     ):
-        raise CorruptError(f"a pandas BlockManager takes blocks and indexes, not {args!r:.120}")
+        raise CorruptError(f"a pandas BlockManager takes blocks and indexes, not {shown(args, 120)}")
     if len(axes) != 2:
         raise CorruptError(f"a pandas BlockManager has two axes, not {len(axes)}")
     # sizes first, from the blocks' data: an axis (a RangeIndex) or a placement (a slice) may
@@ -136,9 +137,9 @@ def _pandas_timestamp(args: tuple[Any, ...], context: Context) -> Any:
     check_arity(args, 3, 4, "pandas _unpickle_timestamp")
     value, freq, tz = args[:3]
     if type(value) is not int or not (tz is None or isinstance(tz, datetime.tzinfo)):
-        raise CorruptError(f"a pandas Timestamp is an int and a time zone, not {args!r:.80}")
+        raise CorruptError(f"a pandas Timestamp is an int and a time zone, not {shown(args)}")
     if freq is not None or (len(args) == 4 and type(args[3]) is not int):
-        raise CorruptError(f"a pandas Timestamp's freq is None and its resolution an int, not {args!r:.80}")
+        raise CorruptError(f"a pandas Timestamp's freq is None and its resolution an int, not {shown(args)}")
     timestamps = importlib.import_module("pandas._libs.tslibs.timestamps")
     return context.built(timestamps._unpickle_timestamp(*args))  # NaT itself, for NaT's value
 
@@ -155,7 +156,7 @@ def _pandas_nat(args: tuple[Any, ...], context: Context) -> Any:
     gives a state."""
     check_arity(args, 0, 1, "pandas _nat_unpickle")
     if args and args[0] is not None:
-        raise CorruptError(f"pandas _nat_unpickle takes None, not {args[0]!r:.80}")
+        raise CorruptError(f"pandas _nat_unpickle takes None, not {shown(args[0])}")
     return context.built(importlib.import_module("pandas").NaT)
 
 
@@ -216,10 +217,33 @@ def _masked_state(array: Any, context: Context) -> None:
         raise CorruptError(f"a pandas {type(array).__name__} needs data of its kind and a bool mask of its shape")
 
 
+def _interval_state(array: Any, context: Context) -> None:
+    """Check an IntervalArray's state, which pandas sets unchecked: left and right bounds of
+    one kind, one length and its dtype's subtype (pandas reads both at the same positions).
+
+    Raises:
+        CorruptError: for any other state.
+    """
+    api = importlib.import_module("pandas.api.extensions")
+    left: Any = getattr(array, "_left", None)
+    right: Any = getattr(array, "_right", None)
+    subtype = getattr(getattr(array, "_dtype", None), "subtype", None)
+    if not (
+        type(left) is type(right)
+        and isinstance(left, (np.ndarray, api.ExtensionArray))
+        and left.ndim == right.ndim == 1
+        and len(left) == len(right)
+        and left.dtype == right.dtype == subtype
+    ):
+        raise CorruptError("a pandas IntervalArray needs left and right bounds of one length and of its subtype")
+
+
 #: Checks of a state that ``BUILD`` set, by the import path of the class.
 STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
     "pandas._libs.arrays.NDArrayBacked": _backed_state,
     "pandas.core.arrays.masked.BaseMaskedArray": _masked_state,
+    "pandas.arrays.IntervalArray": _interval_state,  # pandas 3
+    "pandas.core.arrays.interval.IntervalArray": _interval_state,  # pandas 2
 }
 
 
@@ -239,7 +263,7 @@ def _placement_length(placement: Any) -> int:
         placement, internals.BlockPlacement
     ):
         return len(placement)
-    raise CorruptError(f"a pandas block's placement must be a slice or an array of positions, not {placement!r:.80}")
+    raise CorruptError(f"a pandas block's placement must be a slice or an array of positions, not {shown(placement)}")
 
 
 def _manager_state(manager: Any, state: Any) -> None:

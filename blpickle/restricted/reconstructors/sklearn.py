@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import CorruptError
+from ..shown import shown
 from .checks import Check, Context, Reconstructor, check_types
 
 __all__ = ["RECONSTRUCTORS", "STATE_CHECKS"]
@@ -23,7 +24,7 @@ def _sklearn_tree(args: tuple[Any, ...], context: Context) -> Any:
     sklearn checks (node dtype and count)."""
     n_features, n_classes, n_outputs = check_types(args, ((int,), (np.ndarray,), (int,)), "sklearn Tree")
     if n_classes.dtype.kind not in "iu" or n_classes.ndim != 1 or len(n_classes) != n_outputs or n_features < 0:
-        raise CorruptError(f"a sklearn Tree takes a count of features, classes and outputs, not {args!r:.120}")
+        raise CorruptError(f"a sklearn Tree takes a count of features, classes and outputs, not {shown(args, 120)}")
     return importlib.import_module("sklearn.tree._tree").Tree(n_features, n_classes, n_outputs)
 
 

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import CorruptError, UnsafeLoadError
-from .checks import Check, Context, Reconstructor, check_arity, check_types
+from ..shown import shown
+from .checks import Check, Context, Reconstructor, awaiting_state, check_arity, check_types
 
-__all__ = ["RECONSTRUCTORS", "STATE_CHECKS", "STATE_REQUIRED", "load_callable"]
+__all__ = ["RECONSTRUCTORS", "STATE_CHECKS", "load_callable"]
 
 #: Builtin types a ``defaultdict`` may make its missing values with.
 _FACTORIES = (list, dict, set, frozenset, tuple, int, float, complex, str, bytes, bool, OrderedDict, Counter)
@@ -76,7 +77,7 @@ def _latin1(args: tuple[Any, ...], context: Context) -> bytes:
     check_arity(args, 2, 2, "encode")
     text, encoding = args
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise CorruptError(f"bytes are encoded from a str as latin1 in safe mode, not {args!r:.80}")
+        raise CorruptError(f"bytes are encoded from a str as latin1 in safe mode, not {shown(args)}")
     context.copying(len(text))
     return text.encode("latin-1")
 
@@ -85,9 +86,9 @@ def _numbers(cls: type) -> Check:
     def check(args: tuple[Any, ...], context: Context) -> Any:
         check_arity(args, 0, 3, cls.__name__)
         if not all(arg is None or type(arg) in (int, float, bool) for arg in args):
-            raise CorruptError(f"{cls.__name__}() takes numbers in safe mode, not {args!r:.80}")
+            raise CorruptError(f"{cls.__name__}() takes numbers in safe mode, not {shown(args)}")
         if cls is complex and (len(args) > 2 or None in args):
-            raise CorruptError(f"complex() takes two numbers, not {args!r:.80}")
+            raise CorruptError(f"complex() takes two numbers, not {shown(args)}")
         return cls(*args)
 
     return check
@@ -108,7 +109,7 @@ def _defaultdict(args: tuple[Any, ...], context: Context) -> defaultdict[Any, An
     check_arity(args, 0, 2, "defaultdict")
     if args and not (args[0] is None or args[0] in _FACTORIES):
         raise CorruptError(
-            f"a defaultdict makes its values with a builtin container or number type in safe mode, not {args[0]!r:.80}"
+            f"a defaultdict makes its values with a builtin container or number type in safe mode, not {shown(args[0])}"
         )
     if len(args) == 2 and not isinstance(args[1], dict):
         raise CorruptError(f"defaultdict()'s items must be a dict, not {type(args[1]).__name__}")
@@ -129,7 +130,7 @@ def _deque(args: tuple[Any, ...], context: Context) -> deque[Any]:
     if args and not isinstance(args[0], (list, tuple)):
         raise CorruptError(f"deque() takes a list in safe mode, not {type(args[0]).__name__}")
     if len(args) == 2 and not (args[1] is None or type(args[1]) is int):
-        raise CorruptError(f"a deque's maxlen is an int, not {args[1]!r:.80}")
+        raise CorruptError(f"a deque's maxlen is an int, not {shown(args[1])}")
     _copying_items(args, context, size=8)
     return deque(*args)
 
@@ -141,7 +142,7 @@ def _datetime(cls: type, sizes: tuple[int, ...]) -> Check:
         check_arity(args, 1, 2, cls.__name__)
         data, tz = args[0], (args[1] if len(args) == 2 else None)
         if type(data) is not bytes or len(data) not in sizes or not (tz is None or isinstance(tz, datetime.tzinfo)):
-            raise CorruptError(f"datetime.{cls.__name__} takes its pickled bytes in safe mode, not {args!r:.80}")
+            raise CorruptError(f"datetime.{cls.__name__} takes its pickled bytes in safe mode, not {shown(args)}")
         return cls(data, tz) if len(args) == 2 else cls(data)
 
     return check
@@ -150,14 +151,14 @@ def _datetime(cls: type, sizes: tuple[int, ...]) -> Check:
 def _timedelta(args: tuple[Any, ...], context: Context) -> datetime.timedelta:
     check_arity(args, 0, 3, "timedelta")
     if not all(type(arg) is int for arg in args):
-        raise CorruptError(f"datetime.timedelta takes days, seconds and microseconds, not {args!r:.80}")
+        raise CorruptError(f"datetime.timedelta takes days, seconds and microseconds, not {shown(args)}")
     return datetime.timedelta(*args)
 
 
 def _timezone(args: tuple[Any, ...], context: Context) -> datetime.timezone:
     check_arity(args, 1, 2, "timezone")
     if not isinstance(args[0], datetime.timedelta) or (len(args) == 2 and type(args[1]) is not str):
-        raise CorruptError(f"datetime.timezone takes an offset and a name, not {args!r:.80}")
+        raise CorruptError(f"datetime.timezone takes an offset and a name, not {shown(args)}")
     return datetime.timezone(*args)
 
 
@@ -189,7 +190,7 @@ def _string_number(cls: type, text: re.Pattern[str]) -> Check:
 def _zone_key(key: Any) -> None:
     """Refuse anything but an IANA time zone key (``Europe/Paris``): no path traversal."""
     if type(key) is not str or len(key) > 255 or not _ZONE_KEY.match(key):
-        raise CorruptError(f"{key!r:.80} is not a time zone key")
+        raise CorruptError(f"{shown(key)} is not a time zone key")
 
 
 def _zone(args: tuple[Any, ...], context: Context) -> Any:
@@ -206,13 +207,13 @@ def _pytz(args: tuple[Any, ...], context: Context) -> Any:
     zone, rest = args[0], args[1:]
     _zone_key(zone)
     if not all(type(arg) in (int, str) or arg is None for arg in rest):
-        raise CorruptError(f"a pytz time zone takes offsets in seconds and a name, not {rest!r:.80}")
-    return importlib.import_module("pytz")._p(*args)
+        raise CorruptError(f"a pytz time zone takes offsets in seconds and a name, not {shown(rest)}")
+    return context.built(importlib.import_module("pytz")._p(*args))  # pytz's own, shared: no BUILD changes it
 
 
 def _pytz_utc(args: tuple[Any, ...], context: Context) -> Any:
     check_arity(args, 0, 0, "pytz._UTC")
-    return importlib.import_module("pytz").utc
+    return context.built(importlib.import_module("pytz").utc)
 
 
 #: ``getattr(cls, name)`` is called only for these pairs, and gives what they map to: a
@@ -236,7 +237,7 @@ def _getattr(args: tuple[Any, ...], context: Context) -> _Bound:
     cls, name = args
     key = (f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', '?')}", name)
     if not isinstance(cls, type) or not context.admitted(cls) or key not in _ATTRIBUTES:
-        raise UnsafeLoadError("builtins", "getattr", f"safe mode reads no attribute {name!r:.80} of {cls!r:.80}")
+        raise UnsafeLoadError("builtins", "getattr", f"safe mode reads no attribute {shown(name)} of {shown(cls)}")
     return _Bound(_ATTRIBUTES[key])
 
 
@@ -252,9 +253,9 @@ def _reconstructor(args: tuple[Any, ...], context: Context) -> Any:
     from_base = (base is object and state is None) or (base in _RECONSTRUCTOR_BASES and isinstance(state, base))
     if from_base and context.admitted(cls) and issubclass(cls, base):
         _copying_items(args, context, 2)
-        return importlib.import_module("copyreg")._reconstructor(cls, base, state)
+        return awaiting_state(importlib.import_module("copyreg")._reconstructor(cls, base, state))
     raise CorruptError(
-        f"copyreg._reconstructor makes admitted classes from object or a builtin type, not {args!r:.120}"
+        f"copyreg._reconstructor makes admitted classes from object or a builtin type, not {shown(args, 120)}"
     )
 
 
@@ -291,10 +292,8 @@ def _uuid_state(obj: Any, context: Context) -> None:
     """A UUID's number is an int of 128 bits (its ``__setstate__`` takes any object)."""
     value = getattr(obj, "int", None)
     if type(value) is not int or not 0 <= value < 1 << 128:
-        raise CorruptError(f"a UUID's number is an int of 128 bits, not {value!r:.80}")
+        raise CorruptError(f"a UUID's number is an int of 128 bits, not {shown(value)}")
 
 
 #: Checks of an object's state after ``BUILD`` set it, by the import path of its class.
 STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {"uuid.UUID": _uuid_state}
-#: Classes whose objects are broken without a state: a load that makes one must give it one.
-STATE_REQUIRED = frozenset({"uuid.UUID"})
