@@ -42,8 +42,10 @@ _MAX_NESTING = 1000
 #: The nests that a pickle fills after making them (their C code frees them without
 #: CPython's trashcan, which bounds the recursion of freeing lists, dicts and instances).
 _FILLED_NESTS = (deque, defaultdict)
+#: The nests that a call may make.
+_MADE_NESTS = (tuple, frozenset, *_FILLED_NESTS)
 #: What nests, if an array holds objects.
-_NESTS = (tuple, frozenset, *_FILLED_NESTS, np.ndarray)
+_NESTS = (*_MADE_NESTS, np.ndarray)
 #: A restricted load of a decompressed pickle stream makes at most ``OBJECTS_SLACK +
 #: OBJECTS_PER_BYTE * n`` containers, objects and memo entries, n the bytes of the input read
 #: so far: a few stored bytes that decompress to millions of one-byte opcodes cannot make
@@ -224,7 +226,7 @@ class Machine:
     def _made(self, obj: Any) -> Any:
         """Return ``obj``, made by a call, its nesting recorded if it nests."""
         self._count()
-        if isinstance(obj, (tuple, frozenset, *_FILLED_NESTS)):
+        if isinstance(obj, _MADE_NESTS):
             if isinstance(obj, _FILLED_NESTS):  # recorded, to be found when it is filled or held
                 self._depths[id(obj)] = (obj, 1)
             self._track(obj)

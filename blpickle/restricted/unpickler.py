@@ -262,26 +262,21 @@ class RestrictedUnpickler(Machine):
         self._stack.append(pairs(items, {}))
 
     def _append(self) -> None:
-        self._extend([self._stack.pop()])
+        items = [self._stack.pop()]
+        extend(*self._filled(items), items)
 
     def _appends(self) -> None:
-        self._extend(self._pop_mark())
-
-    def _extend(self, items: list[Any]) -> None:
-        target, trusted = self._filled(items)
-        extend(target, trusted, items)
+        items = self._pop_mark()
+        extend(*self._filled(items), items)
 
     def _setitem(self) -> None:
         value = self._stack.pop()
-        key = self._stack.pop()
-        self._set_items([key, value])
+        items = [self._stack.pop(), value]
+        set_items(*self._filled(items), items)
 
     def _setitems(self) -> None:
-        self._set_items(self._pop_mark())
-
-    def _set_items(self, items: list[Any]) -> None:
-        target, trusted = self._filled(items)
-        set_items(target, trusted, items)
+        items = self._pop_mark()
+        set_items(*self._filled(items), items)
 
     def _additems(self) -> None:
         items = self._pop_mark()
@@ -362,8 +357,7 @@ class RestrictedUnpickler(Machine):
                     f"the pickle sets the state of a {type(obj).__qualname__} that has its state already: "
                     "safe mode sets an object's state once, where it is made"
                 )
-            set_state(self._changed(obj), state, self._context, self._named(type(obj)))
-            self._mark_built(obj)
+            self._give_state(self._changed(obj), state)
             return
         built: Any
         if obj.kind == "dtype":
@@ -374,12 +368,16 @@ class RestrictedUnpickler(Machine):
                 self._track(built, state[-1])
         else:  # an object that is broken without its state
             built = obj.args[0]
-            set_state(built, state, self._context, self._named(type(built)))
-            self._mark_built(built)
+            self._give_state(built, state)
         self._pending -= 1
         self._stack[-1] = built
         for key in obj.keys:
             self._memo[key] = built
+
+    def _give_state(self, obj: Any, state: Any) -> None:
+        """Set the state of ``obj`` (`set_state`), recorded as built."""
+        set_state(obj, state, self._context, self._named(type(obj)))
+        self._mark_built(obj)
 
     def _inst(self) -> None:
         module = self._line().decode("utf-8")
