@@ -1,8 +1,8 @@
 """How numpy arrays travel out of band.
 
-The pickle stream of a blpickle record rebuilds every array it stores with
-`rebuild_ndarray`, and an array that views the memory of one stored before it with
-`rebuild_view`: their import paths (``blpickle.arrays.rebuild_ndarray``,
+The pickle stream of a blpickle record rebuilds every array it stores out of band with
+`rebuild_ndarray` (records before format 1.4: every array), and an array that views the
+memory of one stored before it with `rebuild_view`: their import paths (``blpickle.arrays.rebuild_ndarray``,
 ``blpickle.arrays.rebuild_view``) are part of the file format and never change.
 """
 

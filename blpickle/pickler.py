@@ -190,14 +190,23 @@ class _OutOfBand:
 
     def reduce_ndarray(self, array: np.ndarray) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
-        `take_buffer`, a copy in band, a view of an array reduced before whose memory holds
-        it (`blpickle.engine.aliases`), or numpy's own reduction (protocols under 5, object arrays,
-        dtypes numpy gives back changed, a caller's ``buffer_callback``). The array loads as
-        ``pickle`` gives it back, contiguous ones read-only if they were, views as views."""
+        `take_buffer`, a view of an array reduced before whose memory holds it
+        (`blpickle.engine.aliases`), or numpy's own reduction (arrays under `INBAND_LIMIT`
+        that view no array out of band, protocols under 5, object arrays, dtypes numpy gives
+        back changed, a caller's ``buffer_callback``). The array loads as ``pickle`` gives it
+        back, contiguous ones read-only if they were, views of an array out of band as views."""
         self.met = True
         met = array
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap loads as a plain array
+        if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
+            # as pickle does; only an array out of band is remembered as a view's base
+            aliases = self._aliases
+            if aliases and array.nbytes and not array.dtype.hasobject:
+                view = aliases.place(met, array, False)
+                if view is not None:
+                    return view
+            return array.__reduce_ex__(self._protocol)
         dtype = array.dtype
         flags = array.flags
         if (
@@ -214,9 +223,6 @@ class _OutOfBand:
                 return view
         # numpy copies strided views into new (writable) arrays; others keep their flag
         readonly = not flags.writeable and (flags.c_contiguous or flags.f_contiguous)
-        if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
-            data = array.tobytes(order="A")  # "A": the order reduce_ndarray names
-            return reduce_ndarray(array, data if readonly else bytearray(data))
         if self._user_callback is not None and (
             flags.c_contiguous or flags.f_contiguous or array.nbytes < INBAND_LIMIT
         ):  # the caller's callback gets the buffers pickle would give it

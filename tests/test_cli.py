@@ -183,7 +183,7 @@ def test_info_describes_a_record(files):
     result = run("info", files["x.blp"])
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "blpickle record" in out and "format version 1.3" in out
+    assert "blpickle record" in out and "format version 1.4" in out
     assert "int64" in out and "(200000,)" in out and "float64" in out and "(1000, 100)" in out
     assert "codec=auto" in out and "chunk_size=64 KiB" in out
     assert " zstd" in out and " lz4" in out  # the codec "auto" chose for each buffer
@@ -199,7 +199,7 @@ def test_info_json_and_nothing_unpickled(tmp_path):
     assert not marker.exists()
     assert doc["format"] == "blpickle" and doc["size"] == path.stat().st_size
     (record,) = doc["records"]
-    assert record["version"] == "1.3" and record["signed"] is False
+    assert record["version"] == "1.4" and record["signed"] is False
     assert record["options"]["codec"] == "lz4"
     (buffer,) = record["buffers"]
     assert (buffer["dtype"], buffer["shape"], buffer["nbytes"]) == ("int32", [100_000], 400_000)

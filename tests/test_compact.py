@@ -89,7 +89,7 @@ def test_inspect_and_the_command_line_describe_a_compact_record(tmp_path):
     data = blpickle.dumps({"a": 1, "d": np.float64(2.0)})
     for verify in (True, False):
         info = blpickle.inspect(data, verify=verify)
-        assert (info.version, info.signed, info.options, info.buffers) == ("1.3", False, {}, ())
+        assert (info.version, info.signed, info.options, info.buffers) == ("1.4", False, {}, ())
         assert info.protocol == 5 and info.pickle_nbytes == info.pickle_stored == len(data) - 24
         assert info.size == len(data)
         assert "numpy.dtype" in info.globals
@@ -99,7 +99,7 @@ def test_inspect_and_the_command_line_describe_a_compact_record(tmp_path):
         result = subprocess.run([sys.executable, "-m", "blpickle", command, str(path)], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
     assert (
-        "format version 1.3"
+        "format version 1.4"
         in subprocess.run([sys.executable, "-m", "blpickle", "info", str(path)], capture_output=True, text=True).stdout
     )
 

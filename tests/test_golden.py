@@ -12,6 +12,7 @@ from golden.objects import (
     GOLDEN_FILES,
     cupy_golden_arrays,
     golden_object,
+    inband_golden_object,
     small_golden_object,
     tensors_golden_object,
     views_golden_object,
@@ -50,6 +51,9 @@ def test_golden_file_loads_the_golden_object(name):
         return
     if arguments.get("cupy"):
         _assert_cupy(path)
+        return
+    if arguments.get("inband"):
+        _assert_inband(path)
         return
     loaded = blpickle.load(path, key=arguments.get("key"))
     if arguments.get("small"):
@@ -95,6 +99,23 @@ def _assert_cupy(path: str) -> None:
         assert rec.names == ("weights", "ids", "columns")  # the mask is under 64 KiB
         assert [a.tensor for a in rec.arrays] == ["cupy.float32", "cupy.int64", "cupy.float32"]
         _assert_same(expected["weights"], rec["weights"])
+
+
+def _assert_inband(path: str) -> None:
+    """The 1.4 in-band golden object, loaded and loaded safely: small arrays as pickle gives
+    them back (read-only kept, a row of another a copy), the small view of an array out of
+    band a view of it."""
+    expected = inband_golden_object()
+    info = blpickle.inspect(path)
+    assert [b.nbytes for b in info.buffers] == [expected["ramp"].nbytes]
+    assert "numpy._core.numeric._frombuffer" in info.globals
+    frozen = expected.pop("frozen")
+    for loaded in (blpickle.load(path), blpickle.load(path, safe=True)):
+        assert not loaded["frozen"].flags.writeable and loaded.pop("frozen").tobytes() == frozen.tobytes()
+        _assert_same(expected, loaded)
+        assert loaded["shared"] is loaded["grid"] and loaded["fortran"].flags.f_contiguous
+        assert not np.shares_memory(loaded["row"], loaded["grid"])
+        assert np.shares_memory(loaded["slice"], loaded["ramp"])
 
 
 def _assert_views(expected: dict, loaded: dict) -> None:

@@ -23,7 +23,7 @@ def test_inspect_describes_buffers_options_and_globals(tmp_path):
     CALLS.clear()
     info = blpickle.inspect(path)
     assert CALLS == []  # nothing was unpickled
-    assert info.version == "1.3" and not info.signed
+    assert info.version == "1.4" and not info.signed
     assert info.options["codec"] == "lz4"
     assert info.protocol == 5
     ramp, noise = info.buffers

@@ -17,7 +17,7 @@ from ..errors import BadMagicError, LimitError, UnsupportedVersionError
 MAGIC = b"\xb1BLPK\r\n\x1a"
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
 VERSION_MAJOR = 1
-VERSION_MINOR = 3
+VERSION_MINOR = 4
 #: The first 8 bytes of a stream written by the ``"blosc"`` joblib compressor
 #: (`blpickle.engine.joblib_stream`): here, with the record's, so that every reader (the
 #: command line included) recognises such files without importing joblib.

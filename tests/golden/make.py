@@ -15,6 +15,7 @@ from objects import (
     GOLDEN_FILES,
     cupy_golden_object,
     golden_object,
+    inband_golden_object,
     small_golden_object,
     tensors_golden_object,
     views_golden_object,
@@ -39,6 +40,8 @@ def main() -> None:
             obj = tensors_golden_object()
         elif options.pop("cupy", False):
             obj = cupy_golden_object()
+        elif options.pop("inband", False):
+            obj = inband_golden_object()
         else:
             obj = golden_object(blob=options.pop("blob", False))
         blpickle.dump(obj, path, options.pop("protocol", None), **options)

@@ -8,7 +8,9 @@ import numpy as np
 #: spliced out of the pickle; ``small``: the object is `small_golden_object`, which makes a
 #: compact record; ``views``: the object is `views_golden_object`, a full record with what 1.1
 #: added to full records; ``tensors``: the object is `tensors_golden_object`, which needs
-#: torch). Files are written once per format version and never rewritten.
+#: torch; ``cupy``: `cupy_golden_object`, which needs cupy and a GPU; ``inband``:
+#: `inband_golden_object`, small arrays as 1.4 reduces them). Files are written once per
+#: format version and never rewritten.
 GOLDEN_FILES = {
     "v1.0-default.blp": {},
     "v1.0-raw.blp": {"codec": None},
@@ -20,6 +22,7 @@ GOLDEN_FILES = {
     "v1.1-full-views.blp": {"views": True, "chunk_size": 65536},
     "v1.2-tensors.blp": {"tensors": True, "chunk_size": 65536},
     "v1.3-cupy.blp": {"cupy": True, "chunk_size": 65536},
+    "v1.4-inband.blp": {"inband": True},
 }
 
 
@@ -111,3 +114,23 @@ def cupy_golden_object() -> dict:
 
     arrays = {name: cupy.asarray(array) for name, array in cupy_golden_arrays().items()}
     return {**arrays, "columns": arrays["weights"][:, ::3]}
+
+
+def inband_golden_object() -> dict:
+    """Return the object of the 1.4 file: arrays under 64 KiB reduced by numpy in the pickle
+    stream (C and Fortran order, read-only, strided, a row of another), next to an array out
+    of band and a small view of it (`rebuild_view`)."""
+    ramp = np.arange(20_000, dtype=np.int64)  # 160 KB: out of band
+    grid = np.arange(60, dtype=np.float32).reshape(6, 10)
+    frozen = np.arange(16, dtype=np.uint8)
+    frozen.flags.writeable = False
+    return {
+        "ramp": ramp,
+        "grid": grid,
+        "fortran": np.asfortranarray(grid),
+        "frozen": frozen,
+        "strided": grid[::2, ::3],
+        "row": grid[2],
+        "slice": ramp[5:10],
+        "shared": grid,
+    }
