@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import CorruptError
 
-__all__ = ["pickle_keeps_dtype", "rebuild_ndarray", "rebuild_view", "reduce_ndarray"]
+__all__ = ["pickle_keeps_dtype", "rebuild_ndarray", "rebuild_view", "reduce_in_band", "reduce_ndarray"]
 
 
 def rebuild_ndarray(buffer: Any, dtype: np.dtype, shape: tuple[int, ...], order: str) -> np.ndarray:
@@ -124,6 +124,23 @@ def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytes | bytearray) 
     """
     order = "F" if array.flags.fnc else "C"  # Fortran and not C contiguous
     return rebuild_ndarray, (buffer, array.dtype, array.shape, order)
+
+
+#: numpy's own function rebuilding a contiguous array at protocol 5
+#: (``numpy._core.numeric._frombuffer``), as its public reduction names it.
+_FROMBUFFER = np.zeros(1).__reduce_ex__(5)[0]
+
+
+def reduce_in_band(array: np.ndarray) -> tuple[Any, tuple[Any, ...]]:
+    """Return numpy's own reduce value of ``array`` at protocol 5 with a copy of its data in
+    band (a ``bytearray``, ``bytes`` if it is contiguous and read-only), as ``pickle`` stores
+    it: it loads as ``pickle`` gives it back (a strided array as a new C-ordered one), without
+    the `pickle.PickleBuffer` numpy's ``__reduce_ex__`` makes for a ``buffer_callback``."""
+    flags = array.flags
+    data: bytes | bytearray = array.tobytes(order="A")  # "A": the order reduce_ndarray names
+    if flags.writeable or not (flags.c_contiguous or flags.f_contiguous):
+        data = bytearray(data)
+    return _FROMBUFFER, reduce_ndarray(array, data)[1]
 
 
 #: The C pickle module's own functions, kept even where ``pickle.dumps``/``loads`` are swapped

@@ -22,7 +22,7 @@ import cloudpickle
 import numpy as np
 
 from . import format as fmt
-from .arrays import pickle_keeps_dtype, reduce_ndarray
+from .arrays import pickle_keeps_dtype, reduce_in_band, reduce_ndarray
 from .engine.aliases import Aliases
 from .engine.buffers import Payload
 from .engine.names import array_names
@@ -191,22 +191,15 @@ class _OutOfBand:
     def reduce_ndarray(self, array: np.ndarray) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
         `take_buffer`, a view of an array reduced before whose memory holds it
-        (`blpickle.engine.aliases`), or numpy's own reduction (arrays under `INBAND_LIMIT`
-        that view no array out of band, protocols under 5, object arrays, dtypes numpy gives
-        back changed, a caller's ``buffer_callback``). The array loads as ``pickle`` gives it
-        back, contiguous ones read-only if they were, views of an array out of band as views."""
+        (`blpickle.engine.aliases`), or numpy's own reduction: with the data copied in band
+        for arrays under `INBAND_LIMIT` that view no array out of band, as numpy makes it for
+        protocols under 5, object arrays, dtypes numpy gives back changed and a caller's
+        ``buffer_callback``. The array loads as ``pickle`` gives it back, contiguous ones
+        read-only if they were, views of an array out of band as views."""
         self.met = True
         met = array
         if type(array) is not np.ndarray:
             array = array.view(np.ndarray)  # np.memmap loads as a plain array
-        if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
-            # as pickle does; only an array out of band is remembered as a view's base
-            aliases = self._aliases
-            if aliases and array.nbytes and not array.dtype.hasobject:
-                view = aliases.place(met, array, False)
-                if view is not None:
-                    return view
-            return array.__reduce_ex__(self._protocol)
         dtype = array.dtype
         flags = array.flags
         if (
@@ -217,6 +210,10 @@ class _OutOfBand:
             or (not dtype.isnative and not pickle_keeps_dtype(dtype, flags.c_contiguous or flags.f_contiguous))
         ):
             return array.__reduce_ex__(self._protocol)
+        if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
+            # as pickle stores it; only an array out of band is remembered as a view's base
+            view = self._aliases.place(met, array, False) if self._aliases and array.size else None
+            return reduce_in_band(array) if view is None else view
         if self._aliases is not None and array.size:
             view = self._aliases.place(met, array, flags.c_contiguous or flags.f_contiguous)
             if view is not None:
