@@ -131,16 +131,26 @@ def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytes | bytearray) 
 _FROMBUFFER = np.zeros(1).__reduce_ex__(5)[0]
 
 
-def reduce_in_band(array: np.ndarray) -> tuple[Any, tuple[Any, ...]]:
+def reduce_in_band(array: np.ndarray) -> Any:
     """Return numpy's own reduce value of ``array`` at protocol 5 with a copy of its data in
-    band (a ``bytearray``, ``bytes`` if it is contiguous and read-only), as ``pickle`` stores
-    it: it loads as ``pickle`` gives it back (a strided array as a new C-ordered one), without
-    the `pickle.PickleBuffer` numpy's ``__reduce_ex__`` makes for a ``buffer_callback``."""
+    band, as ``pickle`` stores it: `_FROMBUFFER` of a ``bytearray`` (``bytes`` if the array
+    is contiguous and read-only), without the `pickle.PickleBuffer` that numpy's
+    ``__reduce_ex__`` makes for a ``buffer_callback``; for the dtypes numpy reduces otherwise
+    (datetime64, timedelta64), its ``__reduce_ex__``. It loads as ``pickle`` gives it back (a
+    strided array as a new C-ordered one)."""
+    if not _reduced_from_buffer(array.dtype):
+        return array.__reduce_ex__(5)
     flags = array.flags
     data: bytes | bytearray = array.tobytes(order="A")  # "A": the order reduce_ndarray names
     if flags.writeable or not (flags.c_contiguous or flags.f_contiguous):
         data = bytearray(data)
     return _FROMBUFFER, reduce_ndarray(array, data)[1]
+
+
+@functools.lru_cache(maxsize=512)
+def _reduced_from_buffer(dtype: np.dtype) -> bool:
+    """Whether numpy reduces contiguous arrays of ``dtype`` to `_FROMBUFFER` at protocol 5."""
+    return bool(np.zeros(1, dtype).__reduce_ex__(5)[0] is _FROMBUFFER)
 
 
 #: The C pickle module's own functions, kept even where ``pickle.dumps``/``loads`` are swapped

@@ -845,6 +845,16 @@ def test_arrays_keep_their_writeable_flag_as_pickle_does(size, layout, writeable
     assert not blpickle.load(tmp_file, mmap_mode="r").flags.writeable
 
 
+@pytest.mark.parametrize("dtype", ["M8[s]", "m8[D]", ">M8[ns]", "f8", "U2"])
+def test_small_read_only_arrays_load_writable_where_pickle_gives_them_writable(dtype):
+    array = np.zeros(10, dtype)
+    array.flags.writeable = False
+    expected = pickle.loads(pickle.dumps(array, protocol=5))  # numpy reduces datetimes to a copy
+    for loaded in (roundtrip(array), blpickle.loads(blpickle.dumps(array), safe=True)):
+        assert loaded.flags.writeable == expected.flags.writeable
+        assert loaded.dtype.descr == expected.dtype.descr
+
+
 def _pickled_to(size: int) -> dict:
     """A dict whose protocol 5 pickle is ``size`` bytes long."""
     for length in range(size - 100, size):
