@@ -101,6 +101,15 @@ CASES = {
         None,
         [("numpy.core.numeric", "_frombuffer", (b"", np.dtype("O"), (0,), "C"))],
     ),
+    "numpy._core._internal._convert_to_stringdtype_kwargs": (
+        lambda: np.array(["a", None], dtype=np.dtypes.StringDType(na_object=None)),
+        None,
+        [
+            ("numpy._core._internal", "_convert_to_stringdtype_kwargs", (1, Foreign)),
+            ("numpy._core._internal", "_convert_to_stringdtype_kwargs", (2,)),
+            ("numpy._core._internal", "_convert_to_stringdtype_kwargs", ("yes",)),
+        ],
+    ),
     "numpy.random._pickle.__bit_generator_ctor": (
         lambda: np.random.PCG64(1),
         None,

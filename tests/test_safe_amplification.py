@@ -278,6 +278,28 @@ def test_scalars_and_containers_of_the_same_data_are_copies_too():
             blpickle.loads(pickle.dumps([Reduced(cls, (items,)) for _ in range(100)]), safe=True)
 
 
+def test_an_array_of_strings_counts_each_string_it_copies():
+    from numpy._core.multiarray import _reconstruct
+
+    dtype = np.dtypes.StringDType()
+    text = "x" * (1 << 20)  # one string, pickled once, 1000 times in the array (1 GB)
+    forged = Reduced(_reconstruct, (np.ndarray, (0,), b"b"), (1, (1000,), dtype, False, [text] * 1000))
+    with pytest.raises(blpickle.LimitError, match="copies over"):
+        blpickle.loads(pickle.dumps(forged, protocol=4), safe=True)
+    for item in (b"bytes", 3, Reduced(collections.OrderedDict, ())):  # str, float and None only
+        forged = Reduced(_reconstruct, (np.ndarray, (0,), b"b"), (1, (1,), dtype, False, [item]))
+        with pytest.raises(blpickle.CorruptError, match="holds str, float or None items"):
+            blpickle.loads(pickle.dumps(forged, protocol=4), safe=True)
+    arrays = [
+        np.array(["a", None, "γ"], dtype=np.dtypes.StringDType(na_object=None)),  # noqa: RUF001 - non-ASCII on purpose
+        np.array([["a", "bb"], ["c", np.nan]], dtype=np.dtypes.StringDType(na_object=np.nan, coerce=False)).T,
+    ]
+    for array in arrays:
+        loaded = blpickle.loads(blpickle.dumps(array), safe=True)
+        assert loaded.dtype == array.dtype and loaded.shape == array.shape
+        assert str(loaded) == str(array)
+
+
 def test_an_object_gets_its_state_once():
     pd = pytest.importorskip("pandas")
     cat = pd.Categorical(np.arange(1000))

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import CorruptError, LimitError
 from .shown import shown
 
-__all__ = ["Pending", "array_from_state", "dtype_from_state"]
+__all__ = ["STRING_ITEMS", "Pending", "array_from_state", "dtype_from_state"]
 
 #: The ``flags`` bit of a dtype state that marks an aligned struct (numpy's NPY_ALIGNED_STRUCT).
 _ALIGNED_STRUCT = 0x80
@@ -197,6 +197,11 @@ def array_from_state(state: Any, copying: Callable[[int], None]) -> np.ndarray:
         raise CorruptError(f"numpy refuses the array of shape {shape} and dtype {dtype}: {exc}") from None
 
 
+#: The types of the items (and of the missing value) of an array of numpy's StringDType in
+#: safe mode: its conversion of each to str runs builtin code only.
+STRING_ITEMS = (str, float, type(None))
+
+
 def _object_array(
     shape: tuple[int, ...],
     dtype: np.dtype,
@@ -209,6 +214,12 @@ def _object_array(
     if type(items) is not list or len(items) != count:
         raise CorruptError(f"an object array of shape {shape} needs a list of {count} items")
     copying(count * dtype.itemsize)
+    if dtype.kind == "T":  # numpy's StringDType copies each string into the array
+        for item in items:
+            if type(item) not in STRING_ITEMS:
+                raise CorruptError(f"an array of {dtype} holds str, float or None items, not {shown(item)}")
+            if type(item) is str:
+                copying(len(item.encode("utf-8", "surrogatepass")))
     flat = np.empty(count, dtype)
     for i, item in enumerate(items):
         flat[i] = item

@@ -13,7 +13,7 @@ import numpy as np
 from ... import tensors
 from ...arrays import rebuild_ndarray, rebuild_view, view_extent
 from ...errors import CorruptError, LimitError, UnsafeLoadError
-from ..numpy_state import Pending
+from ..numpy_state import STRING_ITEMS, Pending
 from ..shown import shown
 from .checks import Check, Context, Reconstructor, check_arity, cython_state
 
@@ -40,6 +40,21 @@ def _dtype(args: tuple[Any, ...], context: Context) -> Any:
     except Exception as exc:  # numpy raises TypeError, ValueError, even SyntaxError for some codes
         raise CorruptError(f"numpy.dtype refuses the type code {shown(code)}: {exc}") from None
     return Pending("dtype", args)
+
+
+def _string_dtype(args: tuple[Any, ...], context: Context) -> Any:
+    """numpy's ``StringDType(coerce=, na_object=)`` (how numpy pickles it): ``coerce`` 0 or 1,
+    ``na_object`` None, a float or a str (values whose conversion to str runs no code of an
+    admitted class)."""
+    check_arity(args, 1, 2, "numpy StringDType")
+    if (
+        args[0] not in (0, 1)
+        or type(args[0]) not in (bool, int)
+        or (len(args) == 2 and type(args[1]) not in STRING_ITEMS)
+    ):
+        raise CorruptError(f"numpy StringDType takes a flag and None, a float or a str, not {shown(args)}")
+    missing = {"na_object": args[1]} if len(args) == 2 else {}
+    return np.dtypes.StringDType(coerce=bool(args[0]), **missing)
 
 
 def _reconstruct(args: tuple[Any, ...], context: Context) -> Any:
@@ -184,6 +199,7 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
     **{f"{core}.multiarray._reconstruct": Reconstructor(_reconstruct) for core in (_CORE, "numpy.core")},
     **{f"{core}.multiarray.scalar": Reconstructor(_scalar) for core in (_CORE, "numpy.core")},
     **{f"{core}.numeric._frombuffer": Reconstructor(_rebuild("numpy _frombuffer")) for core in (_CORE, "numpy.core")},
+    f"{_CORE}._internal._convert_to_stringdtype_kwargs": Reconstructor(_string_dtype),
     "numpy.random._pickle.__bit_generator_ctor": Reconstructor(_bit_generator),
     "numpy.random._pickle.__generator_ctor": Reconstructor(_generator("Generator")),
     "numpy.random._pickle.__randomstate_ctor": Reconstructor(_generator("RandomState")),
