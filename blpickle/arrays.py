@@ -2,8 +2,10 @@
 
 The pickle stream of a blpickle record rebuilds every array it stores out of band with
 `rebuild_ndarray` (records before format 1.4: every array), and an array that views the
-memory of one stored before it with `rebuild_view`: their import paths (``blpickle.arrays.rebuild_ndarray``,
-``blpickle.arrays.rebuild_view``) are part of the file format and never change.
+memory of one stored before it with `rebuild_view`: their import paths
+(``blpickle.arrays.rebuild_ndarray``, ``blpickle.arrays.rebuild_view``) are part of the file
+format and never change. Arrays under 64 KiB are stored as numpy reduces them
+(`reduce_in_band`).
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ def _string_dtype(args: tuple[Any, ...], context: Context) -> Any:
     admitted class)."""
     check_arity(args, 1, 2, "numpy StringDType")
     if (
-        args[0] not in (0, 1)
-        or type(args[0]) not in (bool, int)
+        type(args[0]) not in (bool, int)
+        or args[0] not in (0, 1)
         or (len(args) == 2 and type(args[1]) not in STRING_ITEMS)
     ):
         raise CorruptError(f"numpy StringDType takes a flag and None, a float or a str, not {shown(args)}")
