@@ -5,6 +5,7 @@ and exponents that cost unbounded work, other names of vetted reconstructors."""
 
 from __future__ import annotations
 
+import copyreg
 import os
 import pickle
 import struct
@@ -175,3 +176,93 @@ def test_sizes_and_exponents_that_cost_unbounded_work_are_refused():
     with pytest.raises(blpickle.CorruptError, match="Fraction"):
         blpickle.loads(fraction, safe=True)
     assert not os.path.exists("blpickle-pwned")
+
+
+class _Made:
+    """Pickles as ``cls.__new__(cls)`` (``NEWOBJ``) given ``state`` (``BUILD``)."""
+
+    def __init__(self, cls, state):
+        self.cls, self.state = cls, state
+
+    @property  # type: ignore[misc]
+    def __class__(self):  # pickle checks that NEWOBJ's class is the object's
+        return self.cls
+
+    def __reduce_ex__(self, protocol):
+        return copyreg.__newobj__, (self.cls,), self.state
+
+
+def test_a_state_sets_no_dunder_attribute_of_a_class_admitted_as_data():
+    pytest.importorskip("sklearn")
+    from sklearn.preprocessing import StandardScaler
+
+    for state in ({"__name__": "fromfile"}, {"with_mean": True, "__class__": StandardScaler}, (None, {"__dict__": {}})):
+        with pytest.raises(blpickle.CorruptError, match="no dunder attribute"):
+            blpickle.loads(pickle.dumps(_Made(StandardScaler, state), 4), allowed=["sklearn.*"])
+    state = StandardScaler(with_mean=False).__getstate__()
+    assert blpickle.loads(pickle.dumps(_Made(StandardScaler, state), 4), allowed=["sklearn.*"]).with_mean is False
+
+
+def test_an_xarray_array_that_calls_what_its_state_holds_is_refused():
+    # .values of this Variable called numpy.fromfile("/etc/passwd"): xarray's _unary_ufunc calls
+    # the numpy function its __name__ names, over a path that builtins.str made of an array
+    xr = pytest.importorskip("xarray")
+    from xarray.coding.common import _ElementwiseFunctionArray
+    from xarray.core.indexing import NumpyIndexingAdapter
+    from xarray.ufuncs import _unary_ufunc
+
+    path = _Made(NumpyIndexingAdapter, (None, {"array": np.array("/etc/passwd")}))
+    path = _Made(_ElementwiseFunctionArray, {"array": path, "func": str, "_dtype": np.dtype("U1")})
+    read = _Made(_ElementwiseFunctionArray, {"array": path, "func": _Made(_unary_ufunc, {"__name__": "fromfile"})})
+    variable = _Made(xr.Variable, (None, {"_dims": ("x",), "_data": read, "_attrs": None, "_encoding": None}))
+    for data in (pickle.dumps(variable, 4), blpickle.dumps(variable)):
+        with pytest.raises(blpickle.UnsafeLoadError, match="_ElementwiseFunctionArray") as refusal:
+            blpickle.loads(data, allowed=["xarray.*", "pandas.*"])
+        assert "xarray.ufuncs._unary_ufunc" in refusal.value.refused
+
+
+def test_a_class_is_denied_where_its_code_is():
+    pd = pytest.importorskip("pandas")
+    assert pd.ExcelWriter.__module__ == "pandas"  # pandas hides where it is defined: pandas.io
+    with pytest.raises(blpickle.UnsafeLoadError, match=r"pandas\.io\.excel"):
+        blpickle.loads(PROTO + _global("pandas", "ExcelWriter") + b".", allowed=["pandas.*"])
+
+
+def _rows(*rows: list) -> np.ndarray:
+    """A LIL matrix's rows: an object array of lists."""
+    array = np.empty(len(rows), dtype=object)
+    array[:] = rows
+    return array
+
+
+def test_scipy_sparse_indices_must_lie_in_the_shape():
+    sparse = pytest.importorskip("scipy.sparse")
+    dense = np.array([[0, 1.5, 0, 0], [2, 0, 0, 3], [0, 0, 0, 0], [0, 4, 0, 5]])
+    changes = {
+        "csr": lambda m: {"indices": np.where(m.indices == 3, 10**8, m.indices)},  # toarray wrote past its output
+        "csc": lambda m: {"indptr": m.indptr[::-1].copy()},
+        "coo": lambda m: {"coords": (m.coords[0], m.coords[1] + 4)},
+        "dia": lambda m: {"offsets": np.append(m.offsets, 3)},  # one more diagonal than rows of data
+        "bsr": lambda m: {"indices": m.indices + 2},
+        "lil": lambda m: {"rows": _rows([1], [0, 3], [], [1, 9])},
+    }
+    csr = sparse.csr_matrix(dense)
+    for kind, change in changes.items():
+        matrix = csr.tobsr(blocksize=(2, 2)) if kind == "bsr" else csr.asformat(kind)
+        assert blpickle.loads(pickle.dumps(matrix, 4), allowed=["scipy.*"]).format == kind
+        forged = _Made(type(matrix), {**vars(matrix), **change(matrix)})
+        with pytest.raises(blpickle.CorruptError, match=f"scipy {type(matrix).__name__}"):
+            blpickle.loads(pickle.dumps(forged, 4), allowed=["scipy.*"])
+
+
+def test_a_pandas_sparse_array_holds_one_value_per_position_of_its_index():
+    pd = pytest.importorskip("pandas")
+    from pandas._libs.sparse import IntIndex
+
+    genuine = pd.arrays.SparseArray([0.0, 1.5, 0.0, 2.0])
+    state = dict(vars(genuine))
+    for change in ({"_sparse_index": IntIndex(4, np.array([1], dtype=np.int32))}, {"_sparse_values": np.ones(9)}):
+        with pytest.raises(blpickle.CorruptError, match="one value per position"):
+            blpickle.loads(pickle.dumps(_Made(type(genuine), {**state, **change}), 4), allowed=["pandas.*"])
+    back = blpickle.loads(pickle.dumps(_Made(type(genuine), state), 4), allowed=["pandas.*"])
+    pd.testing.assert_extension_array_equal(back, genuine)

@@ -177,6 +177,20 @@ def _pandas_cases() -> dict:
             "pandas.*",
             [("pandas.core.indexes.datetimes", "_new_DatetimeIndex", (pd.Index, {1: 2}))],
         ),
+        "pandas._libs.sparse.IntIndex": (
+            lambda: pd.arrays.SparseArray([0.0, 0.0, 1.5, 0.0], kind="integer"),
+            "pandas.*",
+            [
+                ("pandas._libs.sparse", "IntIndex", (4, np.array([1, 9], dtype=np.int32))),  # past the length
+                ("pandas._libs.sparse", "IntIndex", (4, np.array([2, 1], dtype=np.int32))),  # not ascending
+                ("pandas._libs.sparse", "IntIndex", (4, np.array([2**32 + 1]))),  # cast to 1 by pandas
+            ],
+        ),
+        "pandas._libs.sparse.BlockIndex": (
+            lambda: pd.arrays.SparseArray([0.0, 2.0, 1.5, 0.0], kind="block"),
+            "pandas.*",
+            [("pandas._libs.sparse", "BlockIndex", (4, np.array([1], dtype=np.int32), np.array([7], dtype=np.int32)))],
+        ),
         "pandas._libs.tslibs.timestamps._unpickle_timestamp": (
             lambda: pd.Timestamp("2026-01-01", tz="UTC"),
             "pandas.*",
@@ -369,8 +383,19 @@ def test_real_objects_load_with_their_own_pattern_and_nothing_else(dump):
     pd.testing.assert_frame_equal(loaded, frame)
     with pytest.raises(blpickle.UnsafeLoadError):
         blpickle.loads(dump(frame), safe=True)
+    sparse = pd.DataFrame({"a": pd.arrays.SparseArray([0, 0, 3, 0]), "b": pd.arrays.SparseArray([1.0, 0, 0, 2])})
+    pd.testing.assert_frame_equal(blpickle.loads(dump(sparse), allowed=["pandas.*"]), sparse)
     dataset = _xarray()
     assert blpickle.loads(dump(dataset), allowed=["xarray.*", "pandas.*"]).identical(dataset)
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    dense = np.array([[0, 1.5, 0, 0], [2, 0, 0, 3], [0, 0, 0, 0], [0, 4, 0, 5]])
+    for matrix in (
+        *(scipy_sparse.csr_matrix(dense).asformat(kind) for kind in ("csr", "csc", "coo", "dia", "lil", "dok")),
+        scipy_sparse.bsr_array(dense, blocksize=(2, 2)),
+    ):
+        back = blpickle.loads(dump(matrix), allowed=["scipy.*"])
+        assert type(back) is type(matrix)
+        np.testing.assert_array_equal(back.toarray(), dense)
     x = np.random.default_rng(1).random((5, 4))
     for model in _estimators():
         back = blpickle.loads(dump(model), allowed=["sklearn.*"])

@@ -190,6 +190,8 @@ def set_state(obj: Any, state: Any, context: Context, exact: bool) -> None:
         raise CorruptError(f"safe mode sets the state of no {type(obj).__module__}.{type(obj).__qualname__} object")
     if kinds is not None and type(state) not in kinds:
         raise CorruptError(f"a {type(obj).__qualname__}'s state is not a {type(state).__name__}")
+    if not exact:
+        _refuse_dunder_names(obj, state)
     paths = [f"{cls.__module__}.{cls.__qualname__}" for cls in type(obj).__mro__]
     for path in paths:
         guard = STATE_GUARDS.get(path)
@@ -206,6 +208,26 @@ def set_state(obj: Any, state: Any, context: Context, exact: bool) -> None:
         check = STATE_CHECKS.get(path)
         if check is not None:
             check(obj, context)
+
+
+def _refuse_dunder_names(obj: Any, state: Any) -> None:
+    """Refuse a state that sets a dunder attribute (``__name__``, ``__class__``) of an
+    object whose class the caller did not name exactly: data sets no such attribute, and
+    code reads them (xarray's ``_unary_ufunc`` calls the numpy function its ``__name__``
+    names: ``fromfile`` read any file).
+
+    Raises:
+        CorruptError: naming the attribute.
+    """
+    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
+    for part in parts:
+        if isinstance(part, dict):
+            for key in part:
+                if isinstance(key, str) and key.startswith("__"):
+                    raise CorruptError(
+                        f"the state of a {type(obj).__qualname__} sets {shown(key)}: "
+                        "safe mode sets no dunder attribute of a class admitted as data"
+                    )
 
 
 def extend(target: Any, trusted: bool, items: list[Any]) -> None:

@@ -16,10 +16,12 @@
 from __future__ import annotations
 
 import _compat_pickle
+import functools
 import importlib
+import inspect
 import sys
 from collections.abc import Iterable
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any, NamedTuple
 
 from ..errors import UnsafeLoadError
@@ -92,6 +94,11 @@ DENIED: dict[str, str] = {
         "its __setstate__ connects to an address or starts threads from its state",
     ),
     "pandas._config": "it sets pandas' global options, whose checks import modules",
+    "xarray.ufuncs": "it calls the numpy function whose name its state holds",
+    **dict.fromkeys(
+        ("xarray.coding.common._ElementwiseFunctionArray", "xarray.coding.variables._ElementwiseFunctionArray"),
+        "its values are what the callable its state holds returns",
+    ),
     **dict.fromkeys(
         (
             "builtins.getattr",
@@ -393,11 +400,39 @@ class Policy:
 
 def _homes(obj: Any) -> list[str]:
     """Where ``obj`` is defined, and for a class where each of its bases is: a class whose
-    base is denied (a subclass of scipy's ``rv_generic``) is denied too."""
+    base is denied (a subclass of scipy's ``rv_generic``) is denied too. Each by the name it
+    gives (``__module__``) and by the module whose code defines it, which a library may
+    hide: pandas names ``HDFStore``'s module "pandas", its code is in ``pandas.io``."""
+    owners = obj.__mro__ if isinstance(obj, type) else (obj,)
+    homes = [_home(owner) for owner in owners]
+    homes += [f"{module}.{owner.__qualname__}" for owner in owners if (module := _code_module(owner)) is not None]
+    return [home for home in homes if home]
+
+
+def _code_module(obj: Any) -> str | None:
+    """The module whose code defines ``obj``: the globals of a Python function, or of the
+    first method written in a class's body; None for anything else (a builtin, a compiled
+    class, a constant)."""
     if isinstance(obj, type):
-        return [_home(cls) for cls in obj.__mro__]
-    home = _home(obj)
-    return [home] if home else []
+        return _class_code_module(obj)
+    return _function_module(obj) if isinstance(obj, FunctionType) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_code_module(cls: type) -> str | None:
+    for value in vars(cls).values():
+        function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+        if isinstance(function, FunctionType) and function.__qualname__.startswith(f"{cls.__qualname__}."):
+            module = _function_module(function)
+            if module is not None:
+                return module
+    return None
+
+
+def _function_module(function: FunctionType) -> str | None:
+    """The module of ``function``'s code, decorations (``functools.wraps``) unwrapped."""
+    module = getattr(inspect.unwrap(function), "__globals__", {}).get("__name__")
+    return module if isinstance(module, str) else None
 
 
 def _home(obj: Any) -> str:

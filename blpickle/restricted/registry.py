@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .reconstructors import numpy, pandas, sklearn, stdlib
+from .reconstructors import numpy, pandas, scipy, sklearn, stdlib
 from .reconstructors.checks import Context, Family, Reconstructor, awaiting_state, call_member
 from .reconstructors.stdlib import load_callable
 
@@ -46,6 +46,7 @@ STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
     **stdlib.STATE_CHECKS,
     **numpy.STATE_CHECKS,
     **pandas.STATE_CHECKS,
+    **scipy.STATE_CHECKS,
     **sklearn.STATE_CHECKS,
 }
 #: Checks of a state before ``BUILD`` sets it, by the import path of the object's class (or a

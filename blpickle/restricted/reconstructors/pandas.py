@@ -132,6 +132,24 @@ def _backed_state(array: Any, context: Context) -> None:
         raise CorruptError(f"a pandas {type(array).__name__} of dtype {dtype} cannot hold data of {data.dtype}")
 
 
+def _sparse_index(name: str, arrays: int) -> Check:
+    """``IntIndex(length, indices)`` and ``BlockIndex(length, blocs, blengths)``: where a
+    sparse array's values lie, given as int32 positions (pandas writes them so, and casts
+    others unchecked); pandas checks them (in range, ascending) as it builds the index."""
+
+    def check(args: tuple[Any, ...], context: Context) -> Any:
+        length, *positions = check_types(args, ((int,), *[(np.ndarray,)] * arrays), f"pandas {name}")
+        if length < 0 or not all(p.ndim == 1 and p.dtype == np.int32 for p in positions):
+            raise CorruptError(f"a pandas {name} takes a length and 1-D int32 positions, not {shown(args, 120)}")
+        cls = getattr(importlib.import_module("pandas._libs.sparse"), name)
+        try:
+            return context.built(cls(length, *positions))
+        except (ValueError, OverflowError) as exc:
+            raise CorruptError(f"pandas refuses this {name} of length {length}: {exc}") from None
+
+    return check
+
+
 def _pandas_timestamp(args: tuple[Any, ...], context: Context) -> Any:
     """``_unpickle_timestamp(value, freq, tz, reso)``."""
     check_arity(args, 3, 4, "pandas _unpickle_timestamp")
@@ -181,6 +199,8 @@ RECONSTRUCTORS: dict[str, Reconstructor] = {
     "pandas.core.internals.managers.BlockManager": Reconstructor(_pandas_manager, _PANDAS),
     "pandas.core.indexes.base._new_Index": Reconstructor(_pandas_index("_new_Index"), _PANDAS),
     "pandas.core.indexes.datetimes._new_DatetimeIndex": Reconstructor(_pandas_index("_new_DatetimeIndex"), _PANDAS),
+    "pandas._libs.sparse.IntIndex": Reconstructor(_sparse_index("IntIndex", 1), _PANDAS),
+    "pandas._libs.sparse.BlockIndex": Reconstructor(_sparse_index("BlockIndex", 2), _PANDAS),
     "pandas._libs.tslibs.timestamps._unpickle_timestamp": Reconstructor(_pandas_timestamp, _PANDAS),
     "pandas._libs.tslibs.timedeltas._timedelta_unpickle": Reconstructor(_pandas_timedelta, _PANDAS),
     **{
@@ -306,10 +326,28 @@ def _manager_state(manager: Any, state: Any) -> None:
 
 
 def _sparse_state(array: Any, state: Any) -> None:
-    """pandas writes a sparse array's state as a dict; its older tuple state would be given to
-    numpy's own ``ndarray.__setstate__``, which trusts it."""
+    """Check a sparse array's state before pandas sets it: a dict (its older tuple state
+    would be given to numpy's own ``ndarray.__setstate__``, which trusts it) of an index
+    built by its reconstructor, one value for each position it holds, and a sparse dtype of
+    the values' dtype: pandas reads them together unchecked.
+
+    Raises:
+        CorruptError: for any other state.
+    """
     if type(state) is not dict:
         raise CorruptError(f"a pandas SparseArray's state is a dict in safe mode, not a {type(state).__name__}")
+    pandas = importlib.import_module("pandas")
+    sparse = importlib.import_module("pandas._libs.sparse")
+    index, values, dtype = (state.get(key) for key in ("_sparse_index", "_sparse_values", "_dtype"))
+    if not (
+        isinstance(index, (sparse.IntIndex, sparse.BlockIndex))
+        and isinstance(values, np.ndarray)
+        and values.ndim == 1
+        and len(values) == index.npoints
+        and isinstance(dtype, pandas.SparseDtype)
+        and dtype.subtype == values.dtype
+    ):
+        raise CorruptError("a pandas SparseArray needs a sparse index, one value per position it holds, of its dtype")
 
 
 def _index_state(index: Any, state: Any) -> None:

@@ -1,0 +1,96 @@
+"""The checks of scipy's sparse matrices and arrays: pickle sets their index arrays as a
+plain state, and scipy's compiled routines (``toarray``, products, sums) follow those
+indices without bounds checks, so a column index past the shape read and wrote outside
+memory. Each format is checked as scipy's own full check does it (indices within the
+shape, pointers ascending from 0, one value per index), after ``BUILD`` sets the state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...errors import CorruptError
+from ..shown import shown
+from .checks import Context
+
+__all__ = ["STATE_CHECKS"]
+
+
+def _compressed(matrix: Any) -> None:
+    """CSR, CSC and BSR: integer ``indices`` and ``indptr``, then scipy's full check (BSR's
+    also needs its shape to be whole blocks, as its constructor does)."""
+    _integers(matrix.indices, matrix.indptr)
+    if matrix.format == "bsr":
+        rows, columns = matrix.shape
+        block_rows, block_columns = matrix.data.shape[1:] if matrix.data.ndim == 3 else (0, 0)
+        if not block_rows or not block_columns or rows % block_rows or columns % block_columns:
+            raise ValueError(f"blocks of data shape {matrix.data.shape} do not tile shape {matrix.shape}")
+    matrix.check_format(full_check=True)
+
+
+def _coordinates(matrix: Any) -> None:
+    """COO: one integer index array per dimension (``coords``; ``row`` and ``col`` before
+    scipy 1.13), each within it (scipy's check)."""
+    coords = getattr(matrix, "coords", None)
+    _integers(*((matrix.row, matrix.col) if coords is None else coords))
+    matrix._check()
+
+
+def _diagonals(matrix: Any) -> None:
+    """DIA: one row of data per diagonal (scipy's products read ``len(offsets)`` rows),
+    each diagonal within the shape."""
+    data, offsets = matrix.data, matrix.offsets
+    _integers(offsets)
+    rows, columns = matrix.shape
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or offsets.ndim != 1 or len(offsets) != len(data):
+        raise ValueError("data must be 2-D, with one row for each diagonal offset")
+    if len(offsets) and not (offsets.min() > -rows and offsets.max() < columns):
+        raise ValueError(f"diagonal offsets must lie within the shape {matrix.shape}")
+
+
+def _lists(matrix: Any) -> None:
+    """LIL: for each row a list of ascending column indices within the shape, and a list of
+    as many values (scipy's conversions copy them unchecked)."""
+    rows, columns = matrix.shape
+    for what, array in (("rows", matrix.rows), ("data", matrix.data)):
+        if not isinstance(array, np.ndarray) or array.dtype != object or array.shape != (rows,):
+            raise ValueError(f"{what} must be an object array of one list for each of {rows} rows")
+    for indices, values in zip(matrix.rows, matrix.data, strict=True):
+        if type(indices) is not list or type(values) is not list or len(indices) != len(values):
+            raise ValueError("each row must be a list of column indices and a list of as many values")
+        previous = -1
+        for index in indices:
+            if type(index) is not int or not previous < index < columns:
+                raise ValueError(f"a row's column indices must ascend from 0 to {columns - 1}")
+            previous = index
+
+
+def _integers(*arrays: Any) -> None:
+    if not all(isinstance(array, np.ndarray) and array.dtype.kind in "iu" for array in arrays):
+        raise ValueError("index arrays must be arrays of integers")
+
+
+def _checked(check: Callable[[Any], None]) -> Callable[[Any, Context], None]:
+    """``check`` of a matrix whose shape is a tuple of sizes, its refusal a `CorruptError`."""
+
+    def state_check(matrix: Any, context: Context) -> None:
+        shape = getattr(matrix, "_shape", None)
+        try:
+            if type(shape) is not tuple or not all(type(size) is int and size >= 0 for size in shape):
+                raise ValueError(f"its shape must be a tuple of sizes, not {shown(shape)}")
+            check(matrix)
+        except (ValueError, TypeError, AttributeError, IndexError, OverflowError) as exc:
+            raise CorruptError(f"a scipy {type(matrix).__name__} with this state is not valid: {exc}") from None
+
+    return state_check
+
+
+#: Checks of a state that ``BUILD`` set, by the import path of the class.
+STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
+    "scipy.sparse._compressed._cs_matrix": _checked(_compressed),
+    "scipy.sparse._coo._coo_base": _checked(_coordinates),
+    "scipy.sparse._dia._dia_base": _checked(_diagonals),
+    "scipy.sparse._lil._lil_base": _checked(_lists),
+}
