@@ -11,9 +11,9 @@ from .errors import BadMagicError
 from .format import MAGIC
 from .info import inspect, pickle_globals
 from .io.files import open_input
-from .restricted.policy import DENIED, SAFE_CLASSES, SAFE_GLOBALS, SAFE_PACKAGES, Policy
+from .restricted.policy import DENIED, SAFE_CLASSES, SAFE_GLOBALS, SAFE_PACKAGES, UNCHECKED, Policy
 
-__all__ = ["DENIED", "SAFE_CLASSES", "SAFE_GLOBALS", "SAFE_PACKAGES", "Policy", "untrusted_globals"]
+__all__ = ["DENIED", "SAFE_CLASSES", "SAFE_GLOBALS", "SAFE_PACKAGES", "UNCHECKED", "Policy", "untrusted_globals"]
 
 
 def untrusted_globals(

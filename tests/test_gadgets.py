@@ -266,3 +266,47 @@ def test_a_pandas_sparse_array_holds_one_value_per_position_of_its_index():
             blpickle.loads(pickle.dumps(_Made(type(genuine), {**state, **change}), 4), allowed=["pandas.*"])
     back = blpickle.loads(pickle.dumps(_Made(type(genuine), state), 4), allowed=["pandas.*"])
     pd.testing.assert_extension_array_equal(back, genuine)
+
+
+def test_a_mapping_in_a_state_is_a_dict():
+    # a slot state that is another mapping hid "__class__" from the check, and swapped the
+    # class of a checked object for a CSR matrix whose index then went unchecked
+    sparse = pytest.importorskip("scipy.sparse")
+    from scipy._lib._docscrape import NumpyDocString
+    from scipy.sparse._base import _spbase
+
+    hidden = _Made(NumpyDocString, {"_parsed_data": {"__class__": sparse.csr_array}})
+    state = {**vars(sparse.csr_array(np.eye(4))), "indices": np.array([0, 1, 2, 10**8], dtype=np.int32)}
+    with pytest.raises(blpickle.CorruptError, match="NumpyDocString where pickle writes a dict"):
+        blpickle.loads(pickle.dumps(_Made(_spbase, (state, hidden)), 4), allowed=["scipy.*"])
+
+
+def test_scipy_lists_and_dicts_are_copied_as_they_are_checked():
+    sparse = pytest.importorskip("scipy.sparse")
+    import pickletools
+
+    matrix = sparse.lil_array(np.eye(4))
+    data = pickle.dumps((matrix, matrix.rows[0]), 2)
+    # after the matrix's state is checked, fill its first row again: APPEND of a column 10**8
+    at = max(pos for op, _, pos in pickletools.genops(data) if op.name == "BINGET")
+    at += 2
+    data = data[:at] + b"J" + (10**8).to_bytes(4, "little") + b"a" + data[at:]
+    loaded, row = blpickle.loads(data, allowed=["scipy.*"])
+    assert row == [0, 10**8] and loaded.rows[0] == [0]
+    np.testing.assert_array_equal(loaded.toarray(), np.eye(4))
+    keys = sparse.dok_array(np.eye(4))
+    forged = _Made(type(keys), {**vars(keys), "_dict": {(0, 10**8): 1.0}})
+    with pytest.raises(blpickle.CorruptError, match="keys must be tuples of indices within its shape"):
+        blpickle.loads(pickle.dumps(forged, 4), allowed=["scipy.*"])
+
+
+def test_scipy_classes_whose_compiled_code_trusts_their_state_need_their_exact_name():
+    pytest.importorskip("scipy")
+    from scipy.spatial import Delaunay, cKDTree
+
+    points = np.random.default_rng(0).random((20, 2))
+    for obj, name in ((cKDTree(points), "scipy.spatial._ckdtree.cKDTree"), (Delaunay(points), None)):
+        with pytest.raises(blpickle.UnsafeLoadError, match="unchecked: a package pattern does not admit it"):
+            blpickle.loads(pickle.dumps(obj, 4), allowed=["scipy.*"])
+        if name is not None:
+            assert blpickle.loads(pickle.dumps(obj, 4), allowed=["scipy.*", name]).query(points[0])[0] == 0

@@ -13,7 +13,7 @@ wrapped in a `CallerError` (and is raised as it is), what other code raises as a
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -198,7 +198,10 @@ def set_state(obj: Any, state: Any, context: Context, exact: bool) -> None:
         if guard is not None:
             guard(obj, state)
     if kinds is None:
-        _run(type(obj), _apply_state, (obj, state), exact=exact)
+        cls = type(obj)
+        _run(cls, _apply_state, (obj, state), exact=exact)
+        if type(obj) is not cls:  # a __setstate__ that assigned __class__: unchecked
+            raise CorruptError(f"the state of a {cls.__qualname__} changed its class to {type(obj).__qualname__}")
     else:  # numpy's own state, set through numpy's checks: what they refuse is a damaged pickle
         try:
             _apply_state(obj, state)
@@ -214,12 +217,14 @@ def _refuse_dunder_names(obj: Any, state: Any) -> None:
     """Refuse a state that sets a dunder attribute (``__name__``, ``__class__``) of an
     object whose class the caller did not name exactly: data sets no such attribute, and
     code reads them (xarray's ``_unary_ufunc`` calls the numpy function its ``__name__``
-    names: ``fromfile`` read any file).
+    names: ``fromfile`` read any file). A mapping in a state is a dict, as pickle writes it:
+    another one (a ``UserDict``, xarray's ``Frozen``) would hide its keys from this check
+    and still be copied into the object's attributes.
 
     Raises:
-        CorruptError: naming the attribute.
+        CorruptError: naming the attribute, or the mapping.
     """
-    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
+    parts = state if type(state) is tuple and len(state) == 2 else (state,)
     for part in parts:
         if isinstance(part, dict):
             for key in part:
@@ -228,6 +233,10 @@ def _refuse_dunder_names(obj: Any, state: Any) -> None:
                         f"the state of a {type(obj).__qualname__} sets {shown(key)}: "
                         "safe mode sets no dunder attribute of a class admitted as data"
                     )
+        elif isinstance(part, Mapping) or hasattr(part, "keys"):
+            raise CorruptError(
+                f"the state of a {type(obj).__qualname__} holds a {type(part).__qualname__} where pickle writes a dict"
+            )
 
 
 def extend(target: Any, trusted: bool, items: list[Any]) -> None:
@@ -330,6 +339,8 @@ def _apply_state(obj: Any, state: Any) -> None:
     slotstate = None
     if isinstance(state, tuple) and len(state) == 2:
         state, slotstate = state
+    if not isinstance(state, (dict, type(None))) or not isinstance(slotstate, (dict, type(None))):
+        raise TypeError("a state and its slot state are dicts, as pickle's BUILD requires")
     if state:
         inst_dict = obj.__dict__
         for key, value in state.items():

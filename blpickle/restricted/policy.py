@@ -27,7 +27,16 @@ from typing import Any, NamedTuple
 from ..errors import UnsafeLoadError
 from .registry import FAMILIES, REGISTRY, Reconstructor
 
-__all__ = ["DENIED", "SAFE_CLASSES", "SAFE_GLOBALS", "SAFE_PACKAGES", "TEST_MODULES", "Admitted", "Policy"]
+__all__ = [
+    "DENIED",
+    "SAFE_CLASSES",
+    "SAFE_GLOBALS",
+    "SAFE_PACKAGES",
+    "TEST_MODULES",
+    "UNCHECKED",
+    "Admitted",
+    "Policy",
+]
 
 _OUTSIDE = "outside the allowed packages"
 #: How a refusal of `DENIED` ends.
@@ -246,6 +255,17 @@ def _within(path: str, prefix: str) -> bool:
 #: ``numpy.random._examples.cffi.extending`` loads a C library through cffi).
 TEST_MODULES = frozenset({"tests", "testing", "conftest", "_examples"})
 
+#: Classes whose compiled code follows the indices of their state unchecked, refused under a
+#: package pattern (named exactly, they are trusted), with the reason; a key names a module
+#: (and everything in it) or one class, where its code is. A forged state made them read
+#: outside memory when used.
+UNCHECKED: dict[str, str] = {
+    "scipy.spatial._ckdtree": "its queries follow the tree's indices unchecked",
+    "scipy.spatial._kdtree": "its queries follow the tree's indices unchecked",
+    "scipy.spatial._qhull": "its compiled routines follow the simplices' indices unchecked",
+    "scipy.interpolate._interpnd": "its compiled routines follow the triangulation's indices unchecked",
+}
+
 
 def denied(path: str) -> str | None:
     """Return why ``path`` (``module.name``) is always refused, or None."""
@@ -312,7 +332,8 @@ class Policy:
         home = _home(obj)
         if vetted is None and home in REGISTRY:  # another name of a vetted reconstructor
             return self.admit(*home.rsplit(".", 1))
-        for where in _homes(obj) if vetted is None else ():
+        homes = _homes(obj) if vetted is None else []
+        for where in homes:
             reason = denied(where)
             if reason:
                 raise UnsafeLoadError(module, name, f"it is {where}: {reason}")
@@ -332,6 +353,11 @@ class Policy:
             defined = getattr(obj, "__module__", None) if how == "class" else holder
             if not isinstance(defined, str) or not self._inside(defined):
                 raise UnsafeLoadError(module, name, f"it is defined in {defined}, {_OUTSIDE}")
+            unchecked = next((UNCHECKED[p] for p in UNCHECKED for where in homes if _within(where, p)), None)
+            if unchecked:
+                raise UnsafeLoadError(
+                    module, name, f"{unchecked}: a package pattern does not admit it, name it exactly"
+                )
         if isinstance(obj, type):
             self._classes[id(obj)] = obj
         return Admitted(obj, how, vetted)

@@ -2,7 +2,9 @@
 plain state, and scipy's compiled routines (``toarray``, products, sums) follow those
 indices without bounds checks, so a column index past the shape read and wrote outside
 memory. Each format is checked as scipy's own full check does it (indices within the
-shape, pointers ascending from 0, one value per index), after ``BUILD`` sets the state."""
+shape, pointers ascending from 0, one value per index), after ``BUILD`` sets the state.
+(Other scipy classes whose compiled code trusts their state are not admitted by a pattern:
+`blpickle.restricted.policy.UNCHECKED`.)"""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from .checks import Context
 __all__ = ["STATE_CHECKS"]
 
 
-def _compressed(matrix: Any) -> None:
+def _compressed(matrix: Any, context: Context) -> None:
     """CSR, CSC and BSR: integer ``indices`` and ``indptr``, then scipy's full check (BSR's
     also needs its shape to be whole blocks, as its constructor does)."""
     _integers(matrix.indices, matrix.indptr)
@@ -30,7 +32,7 @@ def _compressed(matrix: Any) -> None:
     matrix.check_format(full_check=True)
 
 
-def _coordinates(matrix: Any) -> None:
+def _coordinates(matrix: Any, context: Context) -> None:
     """COO: one integer index array per dimension (``coords``; ``row`` and ``col`` before
     scipy 1.13), each within it (scipy's check)."""
     coords = getattr(matrix, "coords", None)
@@ -38,7 +40,7 @@ def _coordinates(matrix: Any) -> None:
     matrix._check()
 
 
-def _diagonals(matrix: Any) -> None:
+def _diagonals(matrix: Any, context: Context) -> None:
     """DIA: one row of data per diagonal (scipy's products read ``len(offsets)`` rows),
     each diagonal within the shape."""
     data, offsets = matrix.data, matrix.offsets
@@ -50,21 +52,45 @@ def _diagonals(matrix: Any) -> None:
         raise ValueError(f"diagonal offsets must lie within the shape {matrix.shape}")
 
 
-def _lists(matrix: Any) -> None:
+def _lists(matrix: Any, context: Context) -> None:
     """LIL: for each row a list of ascending column indices within the shape, and a list of
-    as many values (scipy's conversions copy them unchecked)."""
+    as many values (scipy's conversions copy them unchecked). Each pair is copied as it is
+    checked, the copies counted against the load's budget: the pickle could fill a list it
+    names again after this check (``APPEND``), or name one list for every row."""
     rows, columns = matrix.shape
     for what, array in (("rows", matrix.rows), ("data", matrix.data)):
         if not isinstance(array, np.ndarray) or array.dtype != object or array.shape != (rows,):
             raise ValueError(f"{what} must be an object array of one list for each of {rows} rows")
-    for indices, values in zip(matrix.rows, matrix.data, strict=True):
+    for row in range(rows):
+        indices, values = matrix.rows[row], matrix.data[row]
         if type(indices) is not list or type(values) is not list or len(indices) != len(values):
             raise ValueError("each row must be a list of column indices and a list of as many values")
+        context.copying(16 * len(indices))
+        indices, values = list(indices), list(values)
         previous = -1
         for index in indices:
             if type(index) is not int or not previous < index < columns:
                 raise ValueError(f"a row's column indices must ascend from 0 to {columns - 1}")
             previous = index
+        matrix.rows[row], matrix.data[row] = indices, values
+
+
+def _keys(matrix: Any, context: Context) -> None:
+    """DOK: each key a tuple of one index within the shape for each dimension (scipy sums
+    and indexes entries unchecked); the dict is copied as it is checked (the pickle could
+    fill it after this check), the copy counted against the load's budget."""
+    entries, shape = matrix._dict, matrix.shape
+    if type(entries) is not dict:
+        raise ValueError("a DOK's entries must be a dict")
+    context.copying(64 * len(entries))
+    entries = dict(entries)
+    for key in entries:
+        within = type(key) is tuple and len(key) == len(shape)
+        if not within or not all(
+            isinstance(index, (int, np.integer)) and 0 <= index < size for index, size in zip(key, shape, strict=True)
+        ):
+            raise ValueError(f"a DOK's keys must be tuples of indices within its shape {shape}, not {shown(key)}")
+    matrix._dict = entries
 
 
 def _integers(*arrays: Any) -> None:
@@ -72,7 +98,7 @@ def _integers(*arrays: Any) -> None:
         raise ValueError("index arrays must be arrays of integers")
 
 
-def _checked(check: Callable[[Any], None]) -> Callable[[Any, Context], None]:
+def _checked(check: Callable[[Any, Context], None]) -> Callable[[Any, Context], None]:
     """``check`` of a matrix whose shape is a tuple of sizes, its refusal a `CorruptError`."""
 
     def state_check(matrix: Any, context: Context) -> None:
@@ -80,7 +106,7 @@ def _checked(check: Callable[[Any], None]) -> Callable[[Any, Context], None]:
         try:
             if type(shape) is not tuple or not all(type(size) is int and size >= 0 for size in shape):
                 raise ValueError(f"its shape must be a tuple of sizes, not {shown(shape)}")
-            check(matrix)
+            check(matrix, context)
         except (ValueError, TypeError, AttributeError, IndexError, OverflowError) as exc:
             raise CorruptError(f"a scipy {type(matrix).__name__} with this state is not valid: {exc}") from None
 
@@ -93,4 +119,5 @@ STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
     "scipy.sparse._coo._coo_base": _checked(_coordinates),
     "scipy.sparse._dia._dia_base": _checked(_diagonals),
     "scipy.sparse._lil._lil_base": _checked(_lists),
+    "scipy.sparse._dok._dok_base": _checked(_keys),
 }
