@@ -310,3 +310,62 @@ def test_scipy_classes_whose_compiled_code_trusts_their_state_need_their_exact_n
             blpickle.loads(pickle.dumps(obj, 4), allowed=["scipy.*"])
         if name is not None:
             assert blpickle.loads(pickle.dumps(obj, 4), allowed=["scipy.*", name]).query(points[0])[0] == 0
+
+
+class _Reduced:
+    """Pickles as ``reduced`` (what an object's ``__reduce__`` gave), its state replaced."""
+
+    def __init__(self, reduced, state):
+        self.reduced, self.state = reduced, state
+
+    def __reduce__(self):
+        return self.reduced[0], self.reduced[1], self.state
+
+
+def test_a_tree_metric_reads_as_many_features_as_its_data_has():
+    pytest.importorskip("sklearn")
+    from sklearn.neighbors import BallTree
+
+    points = np.random.default_rng(0).random((20, 3))
+    for params in ({"metric": "mahalanobis", "VI": np.eye(3)}, {"metric": "seuclidean", "V": np.ones(3)}):
+        tree = BallTree(points, **params)
+        back = blpickle.loads(pickle.dumps(tree, 4), allowed=["sklearn.*"])
+        np.testing.assert_array_equal(back.query(points[:2])[1], tree.query(points[:2])[1])
+        state = list(tree.__getstate__())
+        metric = state[11].__reduce__()
+        wrong = list(metric[2])
+        if params["metric"] == "mahalanobis":
+            wrong[2] = np.ones((3, 1))  # distances read 3 columns of one: past the matrix
+            with pytest.raises(blpickle.CorruptError, match="matrix is square"):
+                blpickle.loads(pickle.dumps(_Reduced(metric, tuple(wrong)), 4), allowed=["sklearn.*"])
+            wrong[2] = np.eye(2)
+        else:
+            wrong[1] = np.ones(1)
+        state[11] = _Reduced(metric, tuple(wrong))
+        with pytest.raises(blpickle.CorruptError, match="features"):
+            blpickle.loads(pickle.dumps(_Reduced(tree.__reduce__(), tuple(state)), 4), allowed=["sklearn.*"])
+
+
+def test_a_kernel_density_has_one_weight_per_point():
+    stats = pytest.importorskip("scipy.stats")
+    points = np.random.default_rng(0).random((2, 50))
+    kde = stats.gaussian_kde(points)
+    back = blpickle.loads(pickle.dumps(kde, 4), allowed=["scipy.*"])
+    np.testing.assert_allclose(back(points[:, :3]), kde(points[:, :3]))
+    forged = _Made(type(kde), {**vars(kde), "_weights": np.ones(1)})  # the kernel read 49 weights past it
+    with pytest.raises(blpickle.CorruptError, match="one weight for each of its 50 points"):
+        blpickle.loads(pickle.dumps(forged, 4), allowed=["scipy.*"])
+
+
+def test_scipy_splines_and_highs_objects_need_their_exact_name():
+    interpolate = pytest.importorskip("scipy.interpolate")
+    x = np.linspace(0, 1, 20)
+    spline = interpolate.UnivariateSpline(x, x**2)  # a degree of 20 in its state wrote past a Fortran array
+    with pytest.raises(blpickle.UnsafeLoadError, match="trust the knots and degree"):
+        blpickle.loads(pickle.dumps(spline, 4), allowed=["scipy.*"])
+    exact = blpickle.loads(pickle.dumps(spline, 4), allowed=["scipy.*", type(spline)])
+    np.testing.assert_allclose(exact(x), spline(x))
+    from scipy.optimize._highspy._core import HighsLp  # made without its constructor: a crash on use
+
+    with pytest.raises(blpickle.UnsafeLoadError, match="only once their constructor ran"):
+        blpickle.loads(PROTO + _global(HighsLp.__module__, "HighsLp") + b")\x81.", allowed=["scipy.*"])

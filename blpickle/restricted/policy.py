@@ -264,6 +264,8 @@ UNCHECKED: dict[str, str] = {
     "scipy.spatial._kdtree": "its queries follow the tree's indices unchecked",
     "scipy.spatial._qhull": "its compiled routines follow the simplices' indices unchecked",
     "scipy.interpolate._interpnd": "its compiled routines follow the triangulation's indices unchecked",
+    "scipy.interpolate._fitpack2": "its Fortran routines trust the knots and degree of its state",
+    "scipy.optimize._highspy": "its C++ objects exist only once their constructor ran",
 }
 
 

@@ -51,4 +51,4 @@ STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
 }
 #: Checks of a state before ``BUILD`` sets it, by the import path of the object's class (or a
 #: base): for states that a library acts on as it sets them.
-STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = pandas.STATE_GUARDS
+STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = {**pandas.STATE_GUARDS, **sklearn.STATE_GUARDS}

@@ -1,8 +1,9 @@
-"""The checks of scipy's sparse matrices and arrays: pickle sets their index arrays as a
-plain state, and scipy's compiled routines (``toarray``, products, sums) follow those
-indices without bounds checks, so a column index past the shape read and wrote outside
-memory. Each format is checked as scipy's own full check does it (indices within the
-shape, pointers ascending from 0, one value per index), after ``BUILD`` sets the state.
+"""The checks of scipy's sparse matrices and arrays, and of ``gaussian_kde``: pickle sets
+their arrays as a plain state, and scipy's compiled routines (``toarray``, products, sums,
+the kernel's sum) follow them without bounds checks, so a column index past the shape read
+and wrote outside memory. Each sparse format is checked as scipy's own full check does it
+(indices within the shape, pointers ascending from 0, one value per index), after ``BUILD``
+sets the state.
 (Other scipy classes whose compiled code trusts their state are not admitted by a pattern:
 `blpickle.restricted.policy.UNCHECKED`.)"""
 
@@ -93,22 +94,37 @@ def _keys(matrix: Any, context: Context) -> None:
     matrix._dict = entries
 
 
+def _density(kde: Any, context: Context) -> None:
+    """``gaussian_kde``: ``d`` rows of ``n`` points, one weight per point and ``d x d``
+    covariances (its compiled kernel reads one weight per point unchecked)."""
+    dataset, weights = kde.dataset, kde._weights
+    if not (isinstance(dataset, np.ndarray) and dataset.ndim == 2 and dataset.shape == (kde.d, kde.n)):
+        raise ValueError("its dataset must be an array of d rows of n points")
+    if not (isinstance(weights, np.ndarray) and weights.shape == (kde.n,)):
+        raise ValueError(f"it needs one weight for each of its {kde.n} points")
+    for name in ("covariance", "cho_cov"):
+        matrix = getattr(kde, name, None)
+        if matrix is not None and not (isinstance(matrix, np.ndarray) and matrix.shape == (kde.d, kde.d)):
+            raise ValueError(f"its {name} must be a {kde.d} x {kde.d} matrix")
+
+
 def _integers(*arrays: Any) -> None:
     if not all(isinstance(array, np.ndarray) and array.dtype.kind in "iu" for array in arrays):
         raise ValueError("index arrays must be arrays of integers")
 
 
-def _checked(check: Callable[[Any, Context], None]) -> Callable[[Any, Context], None]:
-    """``check`` of a matrix whose shape is a tuple of sizes, its refusal a `CorruptError`."""
+def _checked(check: Callable[[Any, Context], None], *, sparse: bool = True) -> Callable[[Any, Context], None]:
+    """``check`` of a scipy object (with ``sparse``, first of a shape that is a tuple of
+    sizes), its refusal a `CorruptError`."""
 
-    def state_check(matrix: Any, context: Context) -> None:
-        shape = getattr(matrix, "_shape", None)
+    def state_check(obj: Any, context: Context) -> None:
+        shape = getattr(obj, "_shape", None)
         try:
-            if type(shape) is not tuple or not all(type(size) is int and size >= 0 for size in shape):
+            if sparse and (type(shape) is not tuple or not all(type(size) is int and size >= 0 for size in shape)):
                 raise ValueError(f"its shape must be a tuple of sizes, not {shown(shape)}")
-            check(matrix, context)
+            check(obj, context)
         except (ValueError, TypeError, AttributeError, IndexError, OverflowError) as exc:
-            raise CorruptError(f"a scipy {type(matrix).__name__} with this state is not valid: {exc}") from None
+            raise CorruptError(f"a scipy {type(obj).__name__} with this state is not valid: {exc}") from None
 
     return state_check
 
@@ -120,4 +136,5 @@ STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
     "scipy.sparse._dia._dia_base": _checked(_diagonals),
     "scipy.sparse._lil._lil_base": _checked(_lists),
     "scipy.sparse._dok._dok_base": _checked(_keys),
+    "scipy.stats._kde.gaussian_kde": _checked(_density, sparse=False),
 }

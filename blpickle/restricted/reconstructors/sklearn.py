@@ -13,7 +13,7 @@ from ...errors import CorruptError
 from ..shown import shown
 from .checks import Check, Context, Reconstructor, check_types
 
-__all__ = ["RECONSTRUCTORS", "STATE_CHECKS"]
+__all__ = ["RECONSTRUCTORS", "STATE_CHECKS", "STATE_GUARDS"]
 
 #: The package pattern a caller allows for these to be called.
 _SKLEARN = "sklearn"
@@ -66,6 +66,16 @@ def _binary_tree_state(tree: Any, context: Context) -> None:
         raise CorruptError("a sklearn binary tree's nodes must hold ranges of its indices")
     if len(nodes) != 2**levels - 1 or bounds.shape[1:2] != (len(nodes),):
         raise CorruptError("a sklearn binary tree's levels, nodes and bounds must agree")
+    metric = tree.__getstate__()[11]
+    _, vec, mat = metric.__getstate__()[:3]
+    features = data.shape[1] if data.ndim == 2 else -1
+    # the tree's queries give its metric as many features as its data has, unchecked
+    if "Mahalanobis" in type(metric).__name__ and mat.shape != (features, features):
+        raise CorruptError(f"a Mahalanobis metric of a tree of {features} features has a matrix of shape {mat.shape}")
+    weights = {"SEuclidean": (features,), "Minkowski": (0, features)}  # Minkowski: 0 unweighted
+    sizes = next((sizes for kind, sizes in weights.items() if type(metric).__name__.startswith(kind)), None)
+    if sizes is not None and len(vec) not in sizes:
+        raise CorruptError(f"the weights of a tree's metric are {len(vec)}, its data has {features} features")
 
 
 def _predictor_state(predictor: Any, context: Context) -> None:
@@ -130,6 +140,28 @@ def _libsvm_state(model: Any, context: Context) -> None:
     ):
         raise CorruptError("a sklearn libsvm model's support vectors must be rows it was fitted on")
 
+
+def _metric_state(metric: Any, state: Any) -> None:
+    """Check a distance metric's state before its ``__setstate__`` takes it, unchecked: its
+    parameter, a vector and a matrix; a Mahalanobis metric's matrix is square (sklearn
+    checks its size against the data it is given, and reads that many columns of it: a
+    matrix of one column made distances read past it).
+
+    Raises:
+        CorruptError: for any other state.
+    """
+    vec, mat = state[1:3] if type(state) is tuple and len(state) >= 3 else (None, None)
+    if not (isinstance(vec, np.ndarray) and vec.ndim == 1 and isinstance(mat, np.ndarray) and mat.ndim == 2):
+        raise CorruptError("a sklearn distance metric's state holds a vector and a matrix")
+    if "Mahalanobis" in type(metric).__name__ and mat.shape[0] != mat.shape[1]:
+        raise CorruptError(f"a Mahalanobis metric's matrix is square, not of shape {mat.shape}")
+
+
+#: Checks of a state before ``BUILD`` sets it, by the import path of the class (or a base):
+#: for states that sklearn's compiled ``__setstate__`` takes unchecked.
+STATE_GUARDS: dict[str, Callable[[Any, Any], None]] = {
+    "sklearn.metrics._dist_metrics.DistanceMetric": _metric_state,
+}
 
 #: Checks of a sklearn object's state after ``BUILD`` set it, by the import path of its class.
 STATE_CHECKS: dict[str, Callable[[Any, Context], None]] = {
