@@ -12,6 +12,7 @@ import pytest
 
 import blpickle
 from blpickle.engine import jobs
+from blpickle.engine.jobs import SHARED_LIMIT, SLAB_SIZE
 from blpickle.engine.reader import AHEAD_SIZE, RecordReader
 from blpickle.errors import ChecksumError, CorruptError, TruncatedError
 from blpickle.io.sources import MemorySource
@@ -126,3 +127,27 @@ def test_buffers_the_pickle_does_not_take_are_settled(monkeypatch):
     with pytest.raises(CorruptError, match="the pickle used 1 out-of-band streams, the record holds 10"):
         reader.finish()
     assert counts["started"] == counts["finished"]
+
+
+def _allocation(array: np.ndarray) -> np.ndarray:
+    """The array whose memory ``array`` views (itself, if it owns its memory)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def test_arrays_read_ahead_share_allocations_of_up_to_a_slab_and_stay_independent():
+    rng = np.random.default_rng(0)
+    arrays = [rng.random(12_500) for _ in range(40)]  # 100 KB each, raw: 4 MB together
+    arrays += [np.arange(i, 200_000 + i) for i in range(4)]  # 1.6 MB each, compressed
+    arrays.append(np.arange(SHARED_LIMIT // 8, dtype=np.float64))  # 4 MiB: an allocation of its own
+    loaded = blpickle.loads(blpickle.dumps(arrays), nthreads=2)
+    assert all(np.array_equal(a, b) and b.flags.writeable for a, b in zip(arrays, loaded, strict=True))
+    allocations = [_allocation(array) for array in loaded]
+    assert len({id(a) for a in allocations[:-1]}) == 1 and allocations[0].nbytes <= SLAB_SIZE
+    assert allocations[-1].nbytes == SHARED_LIMIT
+    for number, array in enumerate(loaded):  # each array's bytes are its own
+        array[...] = -1
+        assert all(np.array_equal(a, b) for a, b in zip(arrays[number + 1 :], loaded[number + 1 :], strict=True))
+    one = blpickle.loads(blpickle.dumps([arrays[0]]), nthreads=2)[0]  # under SHARED_LIMIT in all
+    assert _allocation(one).nbytes == one.nbytes

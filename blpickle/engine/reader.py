@@ -7,6 +7,7 @@ whatever the buffer sizes.
 
 from __future__ import annotations
 
+import functools
 import hmac
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -307,7 +308,7 @@ class RecordReader:
                 if info.raw:
                     out = self._raw_ahead(info, number, pending)
                 else:
-                    out = allocate_stream(info.nbytes, number)
+                    out = self._slabs.place(info.nbytes, number)
                     pending += (
                         jobs.Job(jobs.unpack, ((*chunk, False),)) for chunk in self._read_chunks(info, number, out)
                     )
@@ -327,7 +328,7 @@ class RecordReader:
             return np.empty(0, dtype=np.uint8)
         source = self._source
         what, offset = self._raw_prologue(info, number)
-        out = allocate_stream(info.nbytes, number)
+        out = self._slabs.place(info.nbytes, number)
         payload: Any = source.read_later(info.nbytes, what, least=0) if self._ahead else None
         if payload is None and self._ahead and isinstance(source, MemorySource):
             payload = source.read(info.nbytes, what)
@@ -336,6 +337,11 @@ class RecordReader:
         stored, seed = self._read_checksum(what, offset, info.nbytes)
         pending.append(jobs.Job(jobs.fill_raw, (payload, out, stored, seed, what, offset)))
         return out
+
+    @functools.cached_property
+    def _slabs(self) -> jobs.Slabs:
+        """Where the streams read ahead are placed."""
+        return jobs.Slabs(self.header.streams)
 
     def _take(self) -> Any:
         """Return the next stream read ahead once its chunks are checked and decompressed
