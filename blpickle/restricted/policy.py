@@ -448,6 +448,7 @@ def _code_module(obj: Any) -> str | None:
 
 @functools.lru_cache(maxsize=1024)
 def _class_code_module(cls: type) -> str | None:
+    """The module of the first method written in ``cls``'s body, or None."""
     for value in vars(cls).values():
         function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
         if isinstance(function, FunctionType) and function.__qualname__.startswith(f"{cls.__qualname__}."):

@@ -55,9 +55,11 @@ def _tree_state(tree: Any, context: Context) -> None:
 
 def _binary_tree_state(tree: Any, context: Context) -> None:
     """Check a KDTree's or BallTree's arrays: its indices name rows of its data, its nodes
-    ranges of its indices, and its bounds cover its nodes: sklearn's ``__setstate__``
-    checks none, and a query follows them through memory."""
-    data, indices, nodes, bounds, _, levels = tree.__getstate__()[:6]
+    ranges of its indices, its bounds cover its nodes, and its metric's weights or matrix
+    are for as many features as its data has: sklearn's ``__setstate__`` checks none, and a
+    query follows them through memory."""
+    state = tree.__getstate__()
+    data, indices, nodes, bounds, _, levels = state[:6]
     rows = len(data)
     if len(indices) != rows or (rows and not ((indices >= 0) & (indices < rows)).all()):
         raise CorruptError(f"a sklearn binary tree's indices must name the {rows} rows of its data")
@@ -66,7 +68,7 @@ def _binary_tree_state(tree: Any, context: Context) -> None:
         raise CorruptError("a sklearn binary tree's nodes must hold ranges of its indices")
     if len(nodes) != 2**levels - 1 or bounds.shape[1:2] != (len(nodes),):
         raise CorruptError("a sklearn binary tree's levels, nodes and bounds must agree")
-    metric = tree.__getstate__()[11]
+    metric = state[11]
     _, vec, mat = metric.__getstate__()[:3]
     features = data.shape[1] if data.ndim == 2 else -1
     # the tree's queries give its metric as many features as its data has, unchecked
