@@ -222,8 +222,8 @@ def test_an_xarray_array_that_calls_what_its_state_holds_is_refused():
 
 
 def test_a_class_is_denied_where_its_code_is():
-    pd = pytest.importorskip("pandas")
-    assert pd.ExcelWriter.__module__ == "pandas"  # pandas hides where it is defined: pandas.io
+    pytest.importorskip("pandas")
+    # pandas 3 names ExcelWriter's module "pandas": its code is in the denied pandas.io
     with pytest.raises(blpickle.UnsafeLoadError, match=r"pandas\.io\.excel"):
         blpickle.loads(PROTO + _global("pandas", "ExcelWriter") + b".", allowed=["pandas.*"])
 
