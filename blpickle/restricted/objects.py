@@ -224,7 +224,7 @@ def _refuse_dunder_names(obj: Any, state: Any) -> None:
     Raises:
         CorruptError: naming the attribute, or the mapping.
     """
-    parts = state if type(state) is tuple and len(state) == 2 else (state,)
+    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)  # as `_apply_state` splits it
     for part in parts:
         if isinstance(part, dict):
             for key in part:
