@@ -133,15 +133,19 @@ def reduce_ndarray(array: np.ndarray, buffer: PickleBuffer | bytes | bytearray) 
 _FROMBUFFER = np.zeros(1).__reduce_ex__(5)[0]
 
 
-def reduce_in_band(array: np.ndarray) -> Any:
-    """Return numpy's own reduce value of ``array`` at protocol 5 with a copy of its data in
-    band, as ``pickle`` stores it: `_FROMBUFFER` of a ``bytearray`` (``bytes`` if the array
-    is contiguous and read-only), without the `pickle.PickleBuffer` that numpy's
-    ``__reduce_ex__`` makes for a ``buffer_callback``; for the dtypes numpy reduces otherwise
+def reduce_in_band(array: np.ndarray, buffer: PickleBuffer | None = None) -> Any:
+    """Return numpy's own reduce value of ``array`` at protocol 5 with its data in band, as
+    ``pickle`` stores it: `_FROMBUFFER` of a copy of its data, a ``bytearray`` (``bytes`` if
+    the array is contiguous and read-only), without the `pickle.PickleBuffer` that numpy's
+    ``__reduce_ex__`` makes for a ``buffer_callback``; or, given ``buffer`` (a PickleBuffer of
+    the contiguous ``array``, which the pickler's ``buffer_callback`` keeps in band), of that
+    buffer, written as the same bytes with no copy. For the dtypes numpy reduces otherwise
     (datetime64, timedelta64), its ``__reduce_ex__``. It loads as ``pickle`` gives it back (a
     strided array as a new C-ordered one)."""
-    if not _reduced_from_buffer(array.dtype):
+    if not reduced_from_buffer(array.dtype):
         return array.__reduce_ex__(5)
+    if buffer is not None:
+        return _FROMBUFFER, reduce_ndarray(array, buffer)[1]
     flags = array.flags
     data: bytes | bytearray = array.tobytes(order="A")  # "A": the order reduce_ndarray names
     if flags.writeable or not (flags.c_contiguous or flags.f_contiguous):
@@ -150,7 +154,7 @@ def reduce_in_band(array: np.ndarray) -> Any:
 
 
 @functools.lru_cache(maxsize=512)
-def _reduced_from_buffer(dtype: np.dtype) -> bool:
+def reduced_from_buffer(dtype: np.dtype) -> bool:
     """Whether numpy reduces contiguous arrays of ``dtype`` to `_FROMBUFFER` at protocol 5."""
     return bool(np.zeros(1, dtype).__reduce_ex__(5)[0] is _FROMBUFFER)
 

@@ -16,17 +16,17 @@ import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from pickle import PickleBuffer
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import cloudpickle
 import numpy as np
 
 from . import format as fmt
-from .arrays import pickle_keeps_dtype, reduce_in_band, reduce_ndarray
+from .arrays import pickle_keeps_dtype, reduce_in_band, reduce_ndarray, reduced_from_buffer
 from .engine.aliases import Aliases
 from .engine.buffers import Payload
 from .engine.names import array_names
-from .engine.policy import COMPACT_LIMIT, fits_compact, plan_graph
+from .engine.policy import COMPACT_LIMIT, GRAPH_RAW_LIMIT, fits_compact, plan_graph, stays_raw
 from .engine.writer import CountingWriter, PackedStream, Pickled, write_pickled
 from .errors import OptionsError
 from .io import remote
@@ -64,7 +64,11 @@ class _Graph:
     as they are complete (a `PackedStream`; never with codec None). At protocol 4 and up, the
     large bytes, bytearray and str payloads the pickler writes on their own (never inside a
     frame) are kept by reference and given to ``splice`` (`_OutOfBand.splice`), to be stored
-    as streams of their own and spliced back in on load."""
+    as streams of their own and spliced back in on load.
+
+    Arrays that their codec would store raw may be written in band while the stream can still
+    make a compact record with them (`take_raw`): the stream waits, uncompressed, as long as
+    it can."""
 
     def __init__(self, splice: Callable[[Any, int], None] | None, options: Options) -> None:
         self._splice = splice
@@ -74,16 +78,38 @@ class _Graph:
         self._packed: PackedStream | None = None
         self._tail = bytearray()
         self._start = 0  # offset of the tail in the pickle stream
+        #: bytes of the arrays written in band by `take_raw`
+        self.raw_nbytes = 0
 
     def write(self, data: Any) -> int:
+        if type(data) is PickleBuffer:  # kept in band, written on its own: C or Fortran order
+            data = data.raw()
         nbytes = len(data) if type(data) is bytes else memoryview(data).nbytes
         if self._splice is not None and nbytes >= SPLICE_LIMIT:
             self._splice(data, self._start + len(self._tail))
             return nbytes
         self._tail += data
-        if len(self._tail) >= self._chunk_size:
+        if len(self._tail) >= self._chunk_size and not self._waiting():
             self._cut()
         return nbytes
+
+    def take_raw(self, nbytes: int, stays_raw: Callable[[], bool]) -> bool:
+        """Whether an array of ``nbytes`` is to be written in band, as part of a stream that
+        may still make a compact record: it is not compressing, it stays under
+        `COMPACT_LIMIT` with the array (and room for a few opcodes), and ``stays_raw()``
+        (its codec would store it raw). If so, count the array in `raw_nbytes`."""
+        if self._packed is not None or len(self._tail) + nbytes + GRAPH_RAW_LIMIT >= COMPACT_LIMIT:
+            return False
+        if not stays_raw():
+            return False
+        self.raw_nbytes += nbytes
+        return True
+
+    def _waiting(self) -> bool:
+        """Whether the stream holds arrays stored raw (`take_raw`) and may still make a
+        compact record: then it is not cut into chunks to compress."""
+        size = len(self._tail)
+        return bool(self.raw_nbytes) and size < COMPACT_LIMIT and size - self.raw_nbytes < self._chunk_size
 
     def _cut(self) -> None:
         """Hand every complete chunk of the tail to the PackedStream (started on the first)."""
@@ -97,9 +123,9 @@ class _Graph:
 
     def small(self) -> bytearray | None:
         """Return the pickle stream when it fits a compact record (`fits_compact` for an
-        unsigned stream with no buffer: in memory and under `COMPACT_LIMIT` bytes), else None."""
+        unsigned stream with no buffer), else None."""
         tail = self._tail
-        return tail if self._packed is None and len(tail) < COMPACT_LIMIT else None
+        return tail if self._packed is None and fits_compact(len(tail), self.raw_nbytes, 0, (), None) else None
 
     def whole(self) -> bytearray | None:
         """Return the pickle stream if it is all in memory (it never filled a chunk), else None."""
@@ -120,6 +146,7 @@ class _Graph:
         self._packed = None
         self._tail = bytearray()
         self._start = 0
+        self.raw_nbytes = 0
 
 
 class _OutOfBand:
@@ -140,6 +167,7 @@ class _OutOfBand:
         self.streams: list[tuple[Payload, int | None]] = []  # (payload, splice offset), pickle order
         self._protocol = protocol
         self._user_callback = user_callback
+        self._options = options
         self._codec = options.codec
         # small arrays are copied in band (and compressed with the pickle stream)
         self._copy_small_arrays = protocol >= 5 and user_callback is None and options.codec is not None
@@ -157,6 +185,8 @@ class _OutOfBand:
         self.streams.clear()
         self.external: list[int] = []  # slots of the buffers given to the caller's callback
         self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray, np.ndarray]] = {}
+        #: the buffers of arrays kept in band by `_raw_in_band`, until `take_buffer` meets them
+        self._in_band: dict[int, PickleBuffer] = {}
         #: id of each array taken out of band, as the pickler met it -> its position in
         #: `streams`; the arrays are kept alive until the reset, so that no id is reused
         self._arrays: dict[int, int] = {}
@@ -169,7 +199,7 @@ class _OutOfBand:
     def used(self) -> bool:
         """Whether the last pickle stream met any buffer: out of band, the caller's, or a
         placeholder (then a reset is needed)."""
-        return bool(self._slots or self._placeholders or self.streams)
+        return bool(self._slots or self._placeholders or self.streams or self._in_band)
 
     def forget(self) -> None:
         """Reset if the last pickle stream met any buffer or array."""
@@ -188,14 +218,15 @@ class _OutOfBand:
         self.met = False
         return True
 
-    def reduce_ndarray(self, array: np.ndarray) -> Any:
+    def reduce_ndarray(self, array: np.ndarray, take_raw: Callable[[int, Callable[[], bool]], bool]) -> Any:
         """Return the reduce value of a numpy array: a placeholder buffer taken out of band by
         `take_buffer`, a view of an array reduced before whose memory holds it
         (`blpickle.engine.aliases`), or numpy's own reduction: with the data copied in band
-        for arrays under `INBAND_LIMIT` that view no array out of band, as numpy makes it for
-        protocols under 5, object arrays, dtypes numpy gives back changed and a caller's
-        ``buffer_callback``. The array loads as ``pickle`` gives it back, contiguous ones
-        read-only if they were, views of an array out of band as views."""
+        for arrays under `INBAND_LIMIT` that view no array out of band and for those
+        `_raw_in_band` keeps there (``take_raw``: the pickle stream's `_Graph.take_raw`), as
+        numpy makes it for protocols under 5, object arrays, dtypes numpy gives back changed
+        and a caller's ``buffer_callback``. The array loads as ``pickle`` gives it back,
+        contiguous ones read-only if they were, views of an array out of band as views."""
         self.met = True
         met = array
         if type(array) is not np.ndarray:
@@ -214,6 +245,11 @@ class _OutOfBand:
             # as pickle stores it; only an array out of band is remembered as a view's base
             view = self._aliases.place(met, array, False) if self._aliases and array.size else None
             return reduce_in_band(array) if view is None else view
+        if self._copy_small_arrays and self._raw_in_band(array, met, take_raw):
+            # no array is out of band: this one views none; written from its memory
+            buffer = PickleBuffer(cast(Any, array))
+            self._in_band[id(buffer)] = buffer
+            return reduce_in_band(array, buffer)
         if self._aliases is not None and array.size:
             view = self._aliases.place(met, array, flags.c_contiguous or flags.f_contiguous)
             if view is not None:
@@ -227,6 +263,22 @@ class _OutOfBand:
         placeholder = PickleBuffer(b"" if readonly else bytearray())  # pickle marks a read-only one
         self._placeholders[id(placeholder)] = (placeholder, array, met)
         return reduce_ndarray(array, placeholder)
+
+    def _raw_in_band(self, array: np.ndarray, met: Any, take_raw: Callable[[int, Callable[[], bool]], bool]) -> bool:
+        """Whether a contiguous ``array`` over `INBAND_LIMIT` is kept in band all the same,
+        as part of a pickle stream that may make a compact record: nothing is out of band
+        yet, it is not a tensor's data (``met``: which keeps its name), numpy reduces its
+        dtype to `_frombuffer`, the stream has room for it (``take_raw``) and its codec would
+        store it raw (`blpickle.engine.policy.stays_raw`: compressing it would not pay)."""
+        flags = array.flags
+        if self.streams or self._slots or not (flags.c_contiguous or flags.f_contiguous):
+            return False
+        if id(met) in self.tensors.stand_ins or not reduced_from_buffer(array.dtype):
+            return False
+        payload = Payload.from_array(array)
+        return take_raw(
+            payload.nbytes, lambda: stays_raw(self._options, payload.nbytes, payload.itemsize, payload.sample)
+        )
 
     def splice(self, data: Any, offset: int) -> None:
         """Keep a large payload the pickler wrote at ``offset`` of the pickle stream, to be
@@ -245,6 +297,8 @@ class _OutOfBand:
         """The C pickler's ``buffer_callback``: keep ``buffer`` out of band (False) or in the
         pickle stream (True)."""
         self.met = True
+        if self._in_band.pop(id(buffer), None) is not None:
+            return True
         taken = self._placeholders.pop(id(buffer), None)
         if taken is not None:
             payload = Payload.from_array(taken[1])
@@ -328,7 +382,7 @@ class _RecordPickler(pickle.Pickler):
         and jax arrays too once their library is imported (`blpickle.tensor_reducers`);
         return ``NotImplemented`` for anything else, which the pickler then saves as usual."""
         if type(obj) in _ARRAY_TYPES:
-            return self._out_of_band.reduce_ndarray(obj)
+            return self._out_of_band.reduce_ndarray(obj, self._graph.take_raw)
         reduce = self._tensor_reducers.get(type(obj))
         return NotImplemented if reduce is None else reduce(obj)
 
@@ -344,26 +398,36 @@ class _RecordPickler(pickle.Pickler):
         try:
             super().dump(obj)  # pickle.Pickler's, or cloudpickle's for CloudPickler (the MRO)
             self._out_of_band.name_arrays(obj)
-            record = self._compact_record()
-            if record is not None:
-                CountingWriter(self._file).write(record)
+            tail = self._compact_pickle()
+            if tail is not None:
+                start, end = fmt.compact_ends(tail)
+                out = CountingWriter(self._file)
+                for part in (start, tail, end):  # no copy of the pickle
+                    out.write(part)
             else:
                 self._write_full(self._file)
         finally:
             self._reset()
 
-    def _compact_record(self) -> bytes | None:
-        """Return the last pickling as a compact record, if `blpickle.engine.policy.fits_compact`
-        says it is one."""
-        tail = self._graph.whole()
-        if tail is None or self._out_of_band.used() or not fits_compact(len(tail), 0, (), self._key):
+    def _compact_pickle(self) -> bytearray | None:
+        """Return the last pickling, if `blpickle.engine.policy.fits_compact` says it makes a
+        compact record."""
+        graph = self._graph
+        tail = graph.whole()
+        if tail is None or self._out_of_band.used() or not fits_compact(len(tail), graph.raw_nbytes, 0, (), self._key):
             return None
-        return fmt.encode_compact(tail)
+        return tail
 
     def _write_full(self, file: BinaryIO) -> None:
         """Write the last pickling as a full record (`blpickle.engine.writer.write_pickled`)."""
         out_of_band = self._out_of_band
-        pickled = Pickled(self._graph.finish(), tuple(out_of_band.streams), tuple(out_of_band.external), self._protocol)
+        pickled = Pickled(
+            self._graph.finish(),
+            tuple(out_of_band.streams),
+            tuple(out_of_band.external),
+            self._protocol,
+            self._graph.raw_nbytes,
+        )
         write_pickled(file, pickled, self.options, self._key)
 
     def _full_record_bytes(self, obj: Any) -> bytes:

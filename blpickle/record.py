@@ -43,6 +43,7 @@ _HEAD_READ = 64 << 10
 #: Why an array of the dumped object may have no name in its record.
 _UNNAMED = (
     "only arrays stored out of band have names: arrays under 64 KiB are kept in the pickle, "
+    "as are arrays under 512 KiB that barely compress in a record under 1 MiB, "
     "and a tensor sharing the storage of a tensor met before it, or not covering its storage, is stored "
     "as part of it; read those with Record.load()"
 )

@@ -153,7 +153,7 @@ class Unpickler(pickle.Unpickler):
         size = fmt.compact_size(preamble)
         if size is None or size >= COMPACT_LIMIT:
             return self._load_from(FileSource(self._file, pos=len(preamble)), preamble)
-        record = preamble + _read_upto(self._file, size + fmt.U64.size)
+        record = _read_after(self._file, preamble, size + fmt.U64.size)
         body = fmt.checked_compact_pickle(record)
         if body is not None:
             fix_imports, encoding, errors = self._settings
@@ -161,7 +161,7 @@ class Unpickler(pickle.Unpickler):
                 return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors)
             except Exception as exc:
                 _raise_compact_error(exc, body)
-        return self._load_from(MemorySource(memoryview(record), len(preamble)), preamble)
+        return self._load_from(MemorySource(record, len(preamble)), preamble)
 
     def _load_record(self, magic: bytes) -> Any:
         """Load the record whose magic was just read, by reading the file, or with
@@ -275,6 +275,27 @@ def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[i
             return
         yield buffer
         slot += 1
+
+
+def _read_after(file: BinaryIO, head: bytes, size: int) -> memoryview:
+    """Return ``head`` followed by up to ``size`` bytes read from ``file`` (fewer at its end),
+    read into one new buffer."""
+    record = bytearray(len(head) + size)
+    record[: len(head)] = head
+    view = memoryview(record)
+    pos = len(head)
+    readinto = getattr(file, "readinto", None)
+    while pos < len(record):
+        if readinto is not None:
+            count = readinto(view[pos:])
+        else:
+            more = file.read(len(record) - pos)
+            count = len(more)
+            view[pos : pos + count] = more
+        if not count:
+            break
+        pos += count
+    return view[:pos]
 
 
 def _read_upto(file: BinaryIO, size: int) -> bytes:

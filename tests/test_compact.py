@@ -16,7 +16,8 @@ import pytest
 
 import blpickle
 from blpickle import format as fmt
-from blpickle.engine.policy import COMPACT_LIMIT
+from blpickle.engine import policy
+from blpickle.engine.policy import COMPACT_GRAPH_LIMIT, COMPACT_LIMIT
 from blpickle.engine.reader import RecordReader
 from blpickle.io.sources import MemorySource
 
@@ -122,6 +123,77 @@ def test_what_does_not_fit_a_compact_record_is_a_full_one():
         assert RecordReader(MemorySource(data), nthreads=1).compact
         assert blpickle.loads(data) == {"p": protocol}
         assert blpickle.inspect(data).protocol == (0 if protocol < 2 else protocol)
+
+
+def _noise(nbytes: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(nbytes // 8)
+
+
+def _streams(data: bytes) -> tuple:
+    return RecordReader(MemorySource(data), nthreads=1).header.streams
+
+
+def test_an_array_that_would_be_stored_raw_is_pickled_in_a_compact_record(tmp_path):
+    """Arrays over 64 KiB that compressing would not shrink go into the pickle stream, as
+    pickle stores them, while the record stays compact: read-only ones stay read-only,
+    Fortran-ordered ones keep their order."""
+    cases = {
+        "80 KB": _noise(80_000),
+        "400 KB": _noise(400_000),
+        "read-only": _noise(200_000),
+        "Fortran": np.asfortranarray(_noise(160_000).reshape(100, 200)),
+        "with objects": {"x": _noise(400_000), "rows": [{"id": i} for i in range(2000)]},
+    }
+    cases["read-only"].flags.writeable = False
+    for name, obj in cases.items():
+        data = blpickle.dumps(obj)
+        assert fmt.checked_compact_pickle(data) is not None, name
+        assert len(data) == len(pickle.dumps(obj, protocol=5)) + fmt.COMPACT_OVERHEAD, name
+        for loaded in (blpickle.loads(data), blpickle.load(io.BytesIO(data)), blpickle.loads(data, safe=True)):
+            array, expected = (loaded["x"], obj["x"]) if name == "with objects" else (loaded, obj)
+            assert np.array_equal(array, expected) and array.dtype == expected.dtype, name
+            assert array.flags.writeable == expected.flags.writeable, name
+            assert array.flags.f_contiguous == expected.flags.f_contiguous, name
+        path = tmp_path / "record.blp"
+        blpickle.dump(obj, path)
+        assert path.read_bytes() == data, name
+
+
+def test_what_compresses_or_does_not_fit_stays_out_of_band():
+    ramp = np.arange(100_000)  # 800 KB that shrink
+    assert [s.raw for s in _streams(blpickle.dumps(ramp))[1:]] == [False]
+    big = _noise(policy.SMALL_BUFFER_LIMIT)  # big enough to choose a codec: compressed
+    assert [s.raw for s in _streams(blpickle.dumps(big))[1:]] == [False]
+    # two noises fill the compact record's room: the third gets a raw stream, and the
+    # pickle stream, mostly the first two, is stored raw too
+    noises = [_noise(400_000, seed) for seed in range(3)]
+    data = blpickle.dumps(noises)
+    streams = _streams(data)
+    assert [(s.nbytes > 800_000, s.raw) for s in streams] == [(True, True), (False, True)]
+    loaded = blpickle.loads(data)
+    assert all(np.array_equal(a, b) for a, b in zip(noises, loaded, strict=True))
+    # once an array is out of band, the next noise follows it there (the record is full)
+    streams = _streams(blpickle.dumps([ramp, _noise(100_000)]))
+    assert [s.raw for s in streams[1:]] == [False, True]
+    # an object graph over the compact limit but for its raw arrays makes a full record whose
+    # pickle stream is compressed
+    big = {"x": _noise(200_000), "rows": list(range(COMPACT_GRAPH_LIMIT // 2))}
+    data = blpickle.dumps(big)
+    assert fmt.checked_compact_pickle(data) is None and not _streams(data)[0].raw
+    assert blpickle.loads(data)["rows"] == big["rows"]
+    # without codec "auto", arrays stay out of band (codec None: mappable; lz4: compressed)
+    for options in ({"codec": None}, {"codec": "lz4"}):
+        assert len(_streams(blpickle.dumps(_noise(100_000), **options))) == 2, options
+
+
+def test_a_pickle_stream_mostly_made_of_raw_arrays_is_stored_raw():
+    options = blpickle.Options()
+    assert policy.plan_pickle(options, 100_000, 50_000).raw
+    assert not policy.plan_pickle(options, 100_000, 49_999).raw
+    assert policy.plan_pickle(options, 1000, 0).raw  # under GRAPH_RAW_LIMIT
+    assert policy.fits_compact(COMPACT_LIMIT - 1, COMPACT_LIMIT - COMPACT_GRAPH_LIMIT, 0, (), None)
+    assert not policy.fits_compact(COMPACT_LIMIT - 1, COMPACT_LIMIT - COMPACT_GRAPH_LIMIT - 1, 0, (), None)
+    assert not policy.fits_compact(COMPACT_LIMIT, COMPACT_LIMIT, 0, (), None)
 
 
 def test_a_key_refuses_a_compact_record_and_signed_dumps_are_full():

@@ -89,10 +89,10 @@ def test_a_small_buffer_that_does_not_compress_is_stored_raw():
     assert policy.plan_buffer(options, big.nbytes, 1, lambda size: big.data[:size]).codec == "lz4"
     floats = np.random.default_rng(0).standard_normal(10_000)  # 80 KB that shrinks a few percent
     for array, raw in ((floats, True), (np.arange(10_000.0), False)):
-        data = blpickle.dumps(array)
-        stream = RecordReader(MemorySource(data), nthreads=1).header.streams[1]
+        data = blpickle.dumps([np.arange(100_000), array])  # after an array out of band
+        stream = RecordReader(MemorySource(data), nthreads=1).header.streams[2]
         assert stream.raw is raw
-        assert np.array_equal(blpickle.loads(data), array)
+        assert np.array_equal(blpickle.loads(data)[1], array)
 
 
 def test_a_small_pickle_stream_is_stored_raw_and_a_larger_one_compressed():

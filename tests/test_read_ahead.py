@@ -138,8 +138,8 @@ def _allocation(array: np.ndarray) -> np.ndarray:
 
 def test_arrays_read_ahead_share_allocations_of_up_to_a_slab_and_stay_independent():
     rng = np.random.default_rng(0)
-    arrays = [rng.random(12_500) for _ in range(40)]  # 100 KB each, raw: 4 MB together
-    arrays += [np.arange(i, 200_000 + i) for i in range(4)]  # 1.6 MB each, compressed
+    arrays = [np.arange(i, 200_000 + i) for i in range(4)]  # 1.6 MB each, compressed
+    arrays += [rng.random(12_500) for _ in range(40)]  # 100 KB each, raw: 4 MB together
     arrays.append(np.arange(SHARED_LIMIT // 8, dtype=np.float64))  # 4 MiB: an allocation of its own
     loaded = blpickle.loads(blpickle.dumps(arrays), nthreads=2)
     assert all(np.array_equal(a, b) and b.flags.writeable for a, b in zip(arrays, loaded, strict=True))

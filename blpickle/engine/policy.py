@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..options import Options
 
 __all__ = [
+    "COMPACT_GRAPH_LIMIT",
     "COMPACT_LIMIT",
     "ChunkPlan",
     "blosc2_cparams",
@@ -37,6 +38,7 @@ __all__ = [
     "plan_raw",
     "plan_stream_chunk",
     "plan_transfer",
+    "stays_raw",
 ]
 
 #: The smallest chunks data is cut into to share it among threads.
@@ -61,9 +63,11 @@ AUTO_MIN_SAMPLE = 64 << 10
 RECORD_SAMPLE_SIZE = 192 << 10
 RECORD_SAMPLE_FRACTION = 8
 #: With codec "auto", a record buffer this small (its sample under `AUTO_MIN_SAMPLE`) is
-#: stored raw unless lz4 shrinks its sample at least this many times: compressing it would
-#: cost more than pickling it (zstd: about 100 µs for 80 KB of noisy floats) to save a few
-#: percent.
+#: stored raw unless lz4 shrinks its sample at least this many times (`stays_raw`):
+#: compressing it would cost more than pickling it (zstd: about 100 µs for 80 KB of noisy
+#: floats) to save a few percent. Such an array goes into the pickle stream of a record that
+#: stays compact. (Larger buffers choose their codec from a sample: bf16 weights, which lz4
+#: barely shrinks, get 1.47x from zstd.)
 SMALL_BUFFER_LIMIT = AUTO_MIN_SAMPLE * RECORD_SAMPLE_FRACTION
 SMALL_BUFFER_MIN_RATIO = 1.25
 
@@ -78,11 +82,13 @@ GRAPH_CODEC = "zstd"
 #: stored raw: setting Blosc2 up to compress it (about 25 µs for zstd) would cost more than
 #: the few KB it could save.
 GRAPH_RAW_LIMIT = 4 << 10
-#: A record whose pickle is smaller than this and that has no out-of-band buffer is written
-#: in the compact kind (docs/format.md): the pickle stored as is, with no header to encode
-#: and nothing to compress. No larger than `GRAPH_CHUNK_SIZE`, so that the pickler has not
-#: started compressing the pickle when it finds the record compact.
-COMPACT_LIMIT = GRAPH_CHUNK_SIZE
+#: A record with no out-of-band buffer whose pickle is smaller than this ...
+COMPACT_LIMIT = 1 << 20
+#: ... and smaller than this without the arrays in it that `stays_raw` (an object graph that
+#: would be compressed) is written in the compact kind (docs/format.md): the pickle stored as
+#: is, with no header to encode and nothing to compress. No larger than `GRAPH_CHUNK_SIZE`,
+#: so that the pickler has not started compressing the pickle when it finds the record compact.
+COMPACT_GRAPH_LIMIT = GRAPH_CHUNK_SIZE
 
 #: joblib's ``"blosc"`` stream: element sizes tried for the shuffle filter on a sample of each
 #: chunk (16: complex128), ...
@@ -101,7 +107,7 @@ TRANSFER_SAMPLES = 4
 #: ... of this many bytes each.
 TRANSFER_SAMPLE_SIZE = 64 << 10
 
-assert COMPACT_LIMIT <= GRAPH_CHUNK_SIZE
+assert COMPACT_GRAPH_LIMIT <= GRAPH_CHUNK_SIZE <= COMPACT_LIMIT
 
 _BLOSC2_CODECS = {
     "zstd": blosc2.Codec.ZSTD,
@@ -198,11 +204,15 @@ def choose_codec(options: Options, sample: Any, typesize: int) -> str:
     return "zstd" if zstd <= AUTO_ZSTD_GAIN * lz4 or lz4 - zstd >= AUTO_ZSTD_SAVING * nbytes else "lz4"
 
 
-def fits_compact(pickle_nbytes: int, nbuffers: int, external: Sequence[int], key: bytes | None) -> bool:
-    """Whether a pickle of ``pickle_nbytes`` with ``nbuffers`` out-of-band buffers (and
-    splices) and the ``external`` ones of the caller is written as a compact record: an
-    unsigned one (no ``key``), with no buffer of any kind and a pickle under `COMPACT_LIMIT`."""
-    return key is None and not nbuffers and not external and pickle_nbytes < COMPACT_LIMIT
+def fits_compact(
+    pickle_nbytes: int, raw_nbytes: int, nbuffers: int, external: Sequence[int], key: bytes | None
+) -> bool:
+    """Whether a pickle of ``pickle_nbytes``, ``raw_nbytes`` of them arrays that `stays_raw`,
+    with ``nbuffers`` out-of-band buffers (and splices) and the ``external`` ones of the caller
+    is written as a compact record: an unsigned one (no ``key``), with no buffer of any kind
+    and a pickle under `COMPACT_LIMIT`, under `COMPACT_GRAPH_LIMIT` without those arrays."""
+    small = pickle_nbytes < COMPACT_LIMIT and pickle_nbytes - raw_nbytes < COMPACT_GRAPH_LIMIT
+    return small and key is None and not nbuffers and not external
 
 
 def plan_raw(nbytes: int, typesize: int = 1) -> ChunkPlan:
@@ -221,14 +231,36 @@ def plan_buffer(
     if options.codec is None:
         return plan_raw(nbytes, typesize)
     if options.codec == "auto":
-        some = sample(min(RECORD_SAMPLE_SIZE, nbytes // RECORD_SAMPLE_FRACTION))
-        small = nbytes < SMALL_BUFFER_LIMIT
-        if small and not _shrinks(some, blosc2_cparams(options, typesize, "lz4"), SMALL_BUFFER_MIN_RATIO):
+        some = _record_sample(nbytes, sample)
+        if _small_incompressible(options, nbytes, typesize, some):
             return plan_raw(nbytes, typesize)
         codec = choose_codec(options, some, typesize)
     else:
         codec = options.codec
     return _compressed_plan(options, codec, typesize, chunk_size_for(options, nbytes, multiple))
+
+
+def stays_raw(options: Options, nbytes: int, typesize: int, sample: Callable[[int], Any]) -> bool:
+    """Whether `plan_buffer` stores a buffer of ``nbytes`` raw for its codec: codec None,
+    or "auto" for one under `SMALL_BUFFER_LIMIT` that lz4 does not shrink
+    `SMALL_BUFFER_MIN_RATIO` times (``sample(size)`` gives about ``size`` bytes of it)."""
+    if options.codec is None:
+        return True
+    if options.codec != "auto" or nbytes >= SMALL_BUFFER_LIMIT:
+        return False
+    return _small_incompressible(options, nbytes, typesize, _record_sample(nbytes, sample))
+
+
+def _record_sample(nbytes: int, sample: Callable[[int], Any]) -> Any:
+    """The sample of a record buffer of ``nbytes`` its plan is chosen on."""
+    return sample(min(RECORD_SAMPLE_SIZE, nbytes // RECORD_SAMPLE_FRACTION))
+
+
+def _small_incompressible(options: Options, nbytes: int, typesize: int, sample: Any) -> bool:
+    """Whether a record buffer of ``nbytes`` is under `SMALL_BUFFER_LIMIT` and lz4 shrinks
+    its ``sample`` less than `SMALL_BUFFER_MIN_RATIO` times."""
+    cparams = blosc2_cparams(options, typesize, "lz4")
+    return nbytes < SMALL_BUFFER_LIMIT and not _shrinks(sample, cparams, SMALL_BUFFER_MIN_RATIO)
 
 
 @functools.lru_cache(maxsize=64)
@@ -243,11 +275,12 @@ def plan_graph(options: Options) -> ChunkPlan:
     return ChunkPlan(codec, 1, chunk_size, cparams)
 
 
-def plan_pickle(options: Options, nbytes: int) -> ChunkPlan:
+def plan_pickle(options: Options, nbytes: int, raw_nbytes: int = 0) -> ChunkPlan:
     """Return the plan of a record's whole pickle stream of ``nbytes`` (one that never
-    filled a chunk of `plan_graph`): raw under `GRAPH_RAW_LIMIT`, else `plan_graph`'s."""
+    filled a chunk of `plan_graph`), ``raw_nbytes`` of them arrays that `stays_raw`: raw
+    under `GRAPH_RAW_LIMIT` or when those arrays are half of it or more, else `plan_graph`'s."""
     plan = plan_graph(options)
-    return plan_raw(nbytes) if plan.raw or nbytes < GRAPH_RAW_LIMIT else plan
+    return plan_raw(nbytes) if plan.raw or nbytes < GRAPH_RAW_LIMIT or 2 * raw_nbytes >= nbytes else plan
 
 
 def plan_transfer(

@@ -97,12 +97,15 @@ class Pickled:
             (with their offset in it), in the order the pickle uses them.
         external: positions of the out-of-band buffers the caller keeps (``buffer_callback``).
         protocol: the pickle protocol.
+        raw_nbytes: bytes of the pickle stream that are arrays stored raw in it (see
+            `blpickle.engine.policy.plan_pickle`).
     """
 
     graph: PackedStream | bytearray
     buffers: Sequence[tuple[Payload, int | None]]
     external: tuple[int, ...]
     protocol: int
+    raw_nbytes: int = 0
 
 
 class CountingWriter:
@@ -144,7 +147,7 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
     plans: list[ChunkPlan] = []
     infos: list[fmt.StreamInfo] = []
     if isinstance(graph, bytearray):
-        plan = plan_pickle(options, len(graph))
+        plan = plan_pickle(options, len(graph), pickled.raw_nbytes)
         if plan.raw:
             payloads.append(Payload(memoryview(graph), 1))
         else:

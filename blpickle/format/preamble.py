@@ -153,8 +153,17 @@ def check_header_size(header_size: int) -> None:
 def encode_compact(pickle: Any) -> bytes:
     """Return the compact record of a pickle: preamble (version 1.1, flag compact, the
     pickle's size), the pickle, then XXH3-64 of both (seed 0)."""
-    head = _pack_compact_start(_COMPACT_PREFIX, len(pickle)) + pickle
-    return head + _pack_u64(_xxh3(head))
+    start, end = compact_ends(pickle)
+    return b"".join((start, pickle, end))
+
+
+def compact_ends(pickle: Any) -> tuple[bytes, bytes]:
+    """Return what comes before and after ``pickle`` in its compact record (`encode_compact`):
+    the preamble, and the checksum."""
+    start = _pack_compact_start(_COMPACT_PREFIX, len(pickle))
+    hasher = _xxh3_hasher(start)
+    hasher.update(pickle)
+    return start, _pack_u64(hasher.intdigest())
 
 
 def compact_size(preamble: bytes) -> int | None:
