@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import sys
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -25,9 +24,10 @@ from . import format as fmt
 from .arrays import pickle_keeps_dtype, reduce_in_band, reduce_ndarray, reduced_from_buffer
 from .engine.aliases import Aliases
 from .engine.buffers import Payload
+from .engine.graph import GraphStream
 from .engine.names import array_names
-from .engine.policy import COMPACT_LIMIT, GRAPH_RAW_LIMIT, fits_compact, plan_graph, stays_raw
-from .engine.writer import CountingWriter, PackedStream, Pickled, write_pickled
+from .engine.policy import fits_compact, stays_raw
+from .engine.writer import CountingWriter, Pickled, write_pickled
 from .errors import OptionsError
 from .io import remote
 from .io.files import atomic_write
@@ -53,106 +53,12 @@ BufferCallback = Callable[[PickleBuffer], Any]
 #: own costs more (header entry, Blosc2 call, checksum) than copying them. Uncompressed
 #: records (codec None) keep every buffer out of band, so that all can be memory-mapped.
 INBAND_LIMIT = 64 << 10
-#: Payloads the pickler writes in band (bytes, bytearray, str) from this size are spliced out.
-#: Pickle frames are at most about 128 KiB, so no frame is ever mistaken for a payload.
-SPLICE_LIMIT = 1 << 20
-
-
-class _Graph:
-    """Where the C pickler writes. The pickle stream is kept in memory; once it reaches a
-    chunk of `blpickle.engine.policy.plan_graph`, its chunks are compressed in the background as soon
-    as they are complete (a `PackedStream`; never with codec None). At protocol 4 and up, the
-    large bytes, bytearray and str payloads the pickler writes on their own (never inside a
-    frame) are kept by reference and given to ``splice`` (`_OutOfBand.splice`), to be stored
-    as streams of their own and spliced back in on load.
-
-    Arrays that their codec would store raw may be written in band while the stream can still
-    make a compact record with them (`take_raw`): the stream waits, uncompressed, as long as
-    it can."""
-
-    def __init__(self, splice: Callable[[Any, int], None] | None, options: Options) -> None:
-        self._splice = splice
-        self._plan = plan_graph(options)
-        self._nthreads = options.threads
-        self._chunk_size = sys.maxsize if self._plan.raw else self._plan.chunk_size
-        self._packed: PackedStream | None = None
-        self._tail = bytearray()
-        self._start = 0  # offset of the tail in the pickle stream
-        #: bytes of the arrays written in band by `take_raw`
-        self.raw_nbytes = 0
-
-    def write(self, data: Any) -> int:
-        if type(data) is PickleBuffer:  # kept in band, written on its own: C or Fortran order
-            data = data.raw()
-        nbytes = len(data) if type(data) is bytes else memoryview(data).nbytes
-        if self._splice is not None and nbytes >= SPLICE_LIMIT:
-            self._splice(data, self._start + len(self._tail))
-            return nbytes
-        self._tail += data
-        if len(self._tail) >= self._chunk_size and not self._waiting():
-            self._cut()
-        return nbytes
-
-    def take_raw(self, nbytes: int, stays_raw: Callable[[], bool]) -> bool:
-        """Whether an array of ``nbytes`` is to be written in band, as part of a stream that
-        may still make a compact record: it is not compressing, it stays under
-        `COMPACT_LIMIT` with the array (and room for a few opcodes), and ``stays_raw()``
-        (its codec would store it raw). If so, count the array in `raw_nbytes`."""
-        if self._packed is not None or len(self._tail) + nbytes + GRAPH_RAW_LIMIT >= COMPACT_LIMIT:
-            return False
-        if not stays_raw():
-            return False
-        self.raw_nbytes += nbytes
-        return True
-
-    def _waiting(self) -> bool:
-        """Whether the stream holds arrays stored raw (`take_raw`) and may still make a
-        compact record: then it is not cut into chunks to compress."""
-        size = len(self._tail)
-        return bool(self.raw_nbytes) and size < COMPACT_LIMIT and size - self.raw_nbytes < self._chunk_size
-
-    def _cut(self) -> None:
-        """Hand every complete chunk of the tail to the PackedStream (started on the first)."""
-        if self._packed is None:
-            self._packed = PackedStream(self._plan, self._nthreads)
-        chunk_size = self._chunk_size
-        while len(self._tail) >= chunk_size:
-            self._packed.add(bytes(self._tail[:chunk_size]))
-            del self._tail[:chunk_size]
-            self._start += chunk_size
-
-    def small(self) -> bytearray | None:
-        """Return the pickle stream when it fits a compact record (`fits_compact` for an
-        unsigned stream with no buffer), else None."""
-        tail = self._tail
-        return tail if self._packed is None and fits_compact(len(tail), self.raw_nbytes, 0, (), None) else None
-
-    def whole(self) -> bytearray | None:
-        """Return the pickle stream if it is all in memory (it never filled a chunk), else None."""
-        return self._tail if self._packed is None else None
-
-    def finish(self) -> PackedStream | bytearray:
-        """Return the whole pickle stream: compressing, or in memory if it never filled a chunk."""
-        if self._packed is None:
-            return self._tail
-        if self._tail:  # a stream of whole chunks has no shorter last one
-            self._packed.add(bytes(self._tail), last=True)
-        return self._packed
-
-    def reset(self) -> None:
-        """Start a new pickle stream (dropping chunks of a failed one not compressed yet)."""
-        if self._packed is not None:
-            self._packed.cancel()
-        self._packed = None
-        self._tail = bytearray()
-        self._start = 0
-        self.raw_nbytes = 0
 
 
 class _OutOfBand:
     """The buffers of one pickle stream: numpy arrays reduced to out-of-band placeholders or
     copied in band, what the pickler's ``buffer_callback`` receives, and the large payloads
-    its `_Graph` splices out. The pickler gives its ``reducer_override``, ``buffer_callback``
+    its `GraphStream` splices out. The pickler gives its ``reducer_override``, ``buffer_callback``
     and its graph's splices to the methods of this object, which never refers back to the
     pickler: a pickler and what it dumped are freed as soon as they are dropped, with no
     reference cycle left for the garbage collector.
@@ -182,6 +88,10 @@ class _OutOfBand:
         #: whether the pickle stream met an array, a buffer or a payload to splice since the
         #: last reset
         self.met = False
+        #: whether a small contiguous array may be left to numpy's own reduction, its buffer
+        #: kept in band by `take_buffer` (`_RecordPickler.reducer_override`): the arrays are
+        #: copied in band and none has been reduced out of band, whose views they might be
+        self.numpy_small = self._copy_small_arrays
         self.streams.clear()
         self.external: list[int] = []  # slots of the buffers given to the caller's callback
         self._placeholders: dict[int, tuple[PickleBuffer, np.ndarray, np.ndarray]] = {}
@@ -203,7 +113,7 @@ class _OutOfBand:
 
     def forget(self) -> None:
         """Reset if the last pickle stream met any buffer or array."""
-        if self.used() or self._aliases or self.tensors:
+        if self.used() or self._aliases or self.tensors or self.numpy_small != self._copy_small_arrays:
             self.reset()
 
     def release_if_unused(self) -> bool:
@@ -223,7 +133,7 @@ class _OutOfBand:
         `take_buffer`, a view of an array reduced before whose memory holds it
         (`blpickle.engine.aliases`), or numpy's own reduction: with the data copied in band
         for arrays under `INBAND_LIMIT` that view no array out of band and for those
-        `_raw_in_band` keeps there (``take_raw``: the pickle stream's `_Graph.take_raw`), as
+        `_raw_in_band` keeps there (``take_raw``: the pickle stream's `GraphStream.take_raw`), as
         numpy makes it for protocols under 5, object arrays, dtypes numpy gives back changed
         and a caller's ``buffer_callback``. The array loads as ``pickle`` gives it back,
         contiguous ones read-only if they were, views of an array out of band as views."""
@@ -250,6 +160,7 @@ class _OutOfBand:
             buffer = PickleBuffer(cast(Any, array))
             self._in_band[id(buffer)] = buffer
             return reduce_in_band(array, buffer)
+        self.numpy_small = False  # from now on, a small array may view this one
         if self._aliases is not None and array.size:
             view = self._aliases.place(met, array, flags.c_contiguous or flags.f_contiguous)
             if view is not None:
@@ -297,9 +208,9 @@ class _OutOfBand:
         """The C pickler's ``buffer_callback``: keep ``buffer`` out of band (False) or in the
         pickle stream (True)."""
         self.met = True
-        if self._in_band.pop(id(buffer), None) is not None:
+        if self._in_band and self._in_band.pop(id(buffer), None) is not None:
             return True
-        taken = self._placeholders.pop(id(buffer), None)
+        taken = self._placeholders.pop(id(buffer), None) if self._placeholders else None
         if taken is not None:
             payload = Payload.from_array(taken[1])
             named, payload.tensor = self.tensors.stand_ins.get(id(taken[2]), (taken[2], None))
@@ -352,7 +263,7 @@ class _RecordPickler(pickle.Pickler):
             self._protocol = HIGHEST_PROTOCOL
         self._out_of_band = _OutOfBand(self._protocol, buffer_callback, self.options)
         splice = self._out_of_band.splice if self._protocol >= 4 else None
-        self._graph = _Graph(splice, self.options)
+        self._graph = GraphStream(splice, self.options)
         callback = self._out_of_band.take_buffer if self._protocol >= 5 else buffer_callback
         self._init_pickler(self._graph, self._protocol, fix_imports, callback)
         self._file = file
@@ -374,14 +285,21 @@ class _RecordPickler(pickle.Pickler):
             )
         return resolved if resolved.pickler == self._kind else resolved.replace(pickler=self._kind)
 
-    def _init_pickler(self, graph: _Graph, protocol: int, fix_imports: bool, callback: Any) -> None:
+    def _init_pickler(self, graph: GraphStream, protocol: int, fix_imports: bool, callback: Any) -> None:
         pickle.Pickler.__init__(self, graph, protocol, fix_imports=fix_imports, buffer_callback=callback)
 
     def reducer_override(self, obj: Any) -> Any:
         """Reduce numpy arrays for blpickle (see `_OutOfBand.reduce_ndarray`), torch tensors
         and jax arrays too once their library is imported (`blpickle.tensor_reducers`);
-        return ``NotImplemented`` for anything else, which the pickler then saves as usual."""
-        if type(obj) in _ARRAY_TYPES:
+        return ``NotImplemented`` for anything else, which the pickler then saves as usual,
+        and for the small contiguous arrays numpy's own reduction stores as blpickle would
+        (`_OutOfBand.numpy_small`): no Python code runs for them but `take_buffer`."""
+        kind = type(obj)
+        if kind is np.ndarray and obj.nbytes < INBAND_LIMIT and self._out_of_band.numpy_small:
+            flags = obj.flags
+            if flags.c_contiguous or flags.f_contiguous:
+                return NotImplemented  # what `_OutOfBand.reduce_ndarray` would give, at less cost
+        if kind in _ARRAY_TYPES:
             return self._out_of_band.reduce_ndarray(obj, self._graph.take_raw)
         reduce = self._tensor_reducers.get(type(obj))
         return NotImplemented if reduce is None else reduce(obj)
@@ -463,7 +381,7 @@ class CloudPickler(_RecordPickler, cloudpickle.Pickler):
 
     _kind = "cloudpickle"
 
-    def _init_pickler(self, graph: _Graph, protocol: int, fix_imports: bool, callback: Any) -> None:
+    def _init_pickler(self, graph: GraphStream, protocol: int, fix_imports: bool, callback: Any) -> None:
         cloudpickle.Pickler.__init__(self, graph, protocol, buffer_callback=callback)
 
     def reducer_override(self, obj: Any) -> Any:

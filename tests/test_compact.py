@@ -159,6 +159,29 @@ def test_an_array_that_would_be_stored_raw_is_pickled_in_a_compact_record(tmp_pa
         assert path.read_bytes() == data, name
 
 
+def test_small_arrays_are_pickled_as_pickle_pickles_them():
+    """Contiguous arrays under 64 KiB are left to numpy's own reduction: the record holds
+    pickle's bytes, whatever their order, writability or dtype. (A strided one is copied in
+    C order: `test_views_of_an_array_in_band_load_as_pickle_loads_them`.)"""
+    readonly = np.arange(100.0)
+    readonly.flags.writeable = False
+    obj = {
+        "c": np.arange(1000),
+        "fortran": np.asfortranarray(np.arange(600.0).reshape(20, 30)),
+        "readonly": readonly,
+        "structured": np.zeros(50, dtype=[("a", "<i4"), ("b", ">f8")]),
+        "datetime": np.arange(10).astype("datetime64[s]"),
+        "big-endian": np.arange(10, dtype=">i8"),
+        "empty": np.empty((0, 3)),
+    }
+    data = blpickle.dumps(obj)
+    assert data[fmt.PREAMBLE.size : -fmt.U64.size] == pickle.dumps(obj, protocol=5)
+    loaded = blpickle.loads(data)
+    for name, array in obj.items():
+        assert np.array_equal(loaded[name], array) and loaded[name].dtype == array.dtype, name
+        assert loaded[name].flags.writeable == array.flags.writeable, name
+
+
 def test_what_compresses_or_does_not_fit_stays_out_of_band():
     ramp = np.arange(100_000)  # 800 KB that shrink
     assert [s.raw for s in _streams(blpickle.dumps(ramp))[1:]] == [False]
