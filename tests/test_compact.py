@@ -182,6 +182,33 @@ def test_small_arrays_are_pickled_as_pickle_pickles_them():
         assert loaded[name].flags.writeable == array.flags.writeable, name
 
 
+class _Trickle:
+    """A file that gives at most 1000 bytes a call, by ``read`` (and ``readinto`` if asked)."""
+
+    def __init__(self, data: bytes, readinto: bool) -> None:
+        self._file = io.BytesIO(data)
+        if readinto:
+            self.readinto = lambda buffer: self._file.readinto(memoryview(buffer)[:1000])
+
+    def read(self, size: int = -1) -> bytes:
+        return self._file.read(1000 if size < 0 else min(size, 1000))
+
+    def readline(self, size: int = -1) -> bytes:
+        return self._file.readline(size)
+
+
+def test_a_compact_record_loads_from_a_file_that_gives_little_at_a_time():
+    obj = {"x": _noise(400_000), "n": 1}
+    data = blpickle.dumps(obj) + blpickle.dumps("next")
+    for readinto in (False, True):
+        file = _Trickle(data, readinto)
+        loaded = blpickle.load(file)
+        assert np.array_equal(loaded["x"], obj["x"]) and loaded["n"] == 1
+        assert blpickle.load(file) == "next"
+        with pytest.raises(blpickle.TruncatedError):
+            blpickle.load(_Trickle(data[:300_000], readinto))
+
+
 def test_what_compresses_or_does_not_fit_stays_out_of_band():
     ramp = np.arange(100_000)  # 800 KB that shrink
     assert [s.raw for s in _streams(blpickle.dumps(ramp))[1:]] == [False]
