@@ -8,6 +8,7 @@ one with the buffers as chunked, multithreaded Blosc2 streams (`blpickle.engine.
 
 from __future__ import annotations
 
+import copyreg
 import io
 import os
 import pickle
@@ -117,15 +118,16 @@ class _OutOfBand:
             self.reset()
 
     def release_if_unused(self) -> bool:
-        """If the last pickle stream met no buffer, forget the small arrays it remembered as
-        possible view bases and return True (its record can be compact); else return False,
-        keeping everything for the full record."""
+        """If the last pickle stream met no buffer, forget the arrays it remembered as
+        possible view bases (kept in band) and return True (its record can be compact); else
+        return False, keeping everything for the full record."""
         if self._slots or self._placeholders or self.streams:
             return False
         if self._aliases is not None:
             self._aliases.clear()
         self.tensors.clear()
         self.met = False
+        self.numpy_small = self._copy_small_arrays
         return True
 
     def reduce_ndarray(self, array: np.ndarray, take_raw: Callable[[int, Callable[[], bool]], bool]) -> Any:
@@ -155,16 +157,16 @@ class _OutOfBand:
             # as pickle stores it; only an array out of band is remembered as a view's base
             view = self._aliases.place(met, array, False) if self._aliases and array.size else None
             return reduce_in_band(array) if view is None else view
-        if self._copy_small_arrays and self._raw_in_band(array, met, take_raw):
-            # no array is out of band: this one views none; written from its memory
-            buffer = PickleBuffer(cast(Any, array))
-            self._in_band[id(buffer)] = buffer
-            return reduce_in_band(array, buffer)
         self.numpy_small = False  # from now on, a small array may view this one
         if self._aliases is not None and array.size:
             view = self._aliases.place(met, array, flags.c_contiguous or flags.f_contiguous)
             if view is not None:
                 return view
+        if self._copy_small_arrays and self._raw_in_band(array, met, take_raw):
+            # written from its memory, as numpy reduces it; a base for the views after it
+            buffer = PickleBuffer(cast(Any, array))
+            self._in_band[id(buffer)] = buffer
+            return reduce_in_band(array, buffer)
         # numpy copies strided views into new (writable) arrays; others keep their flag
         readonly = not flags.writeable and (flags.c_contiguous or flags.f_contiguous)
         if self._user_callback is not None and (
@@ -288,6 +290,14 @@ class _RecordPickler(pickle.Pickler):
     def _init_pickler(self, graph: GraphStream, protocol: int, fix_imports: bool, callback: Any) -> None:
         pickle.Pickler.__init__(self, graph, protocol, fix_imports=fix_imports, buffer_callback=callback)
 
+    def _prepare(self) -> None:
+        """Before a dump: take the tensor reducers of the libraries imported by now, and leave
+        small arrays to numpy only if no dispatch table (the pickler's or copyreg's) has a
+        reducer for numpy arrays, which `reducer_override` overrides for every array."""
+        self._tensor_reducers = self._out_of_band.tensors.reducers()
+        if np.ndarray in (getattr(self, "dispatch_table", None) or copyreg.dispatch_table):
+            self._out_of_band.numpy_small = False
+
     def reducer_override(self, obj: Any) -> Any:
         """Reduce numpy arrays for blpickle (see `_OutOfBand.reduce_ndarray`), torch tensors
         and jax arrays too once their library is imported (`blpickle.tensor_reducers`);
@@ -312,7 +322,7 @@ class _RecordPickler(pickle.Pickler):
         """
         if not hasattr(self, "_graph"):
             raise pickle.PicklingError(f"Pickler.__init__() was not called by {type(self).__name__}.__init__()")
-        self._tensor_reducers = self._out_of_band.tensors.reducers()
+        self._prepare()
         try:
             super().dump(obj)  # pickle.Pickler's, or cloudpickle's for CloudPickler (the MRO)
             self._out_of_band.name_arrays(obj)
@@ -483,7 +493,7 @@ def dumps(
         if pickler is None or pickler.options is not PRESETS["default"]:
             pickler = Pickler(io.BytesIO())
         graph = pickler._graph
-        pickler._tensor_reducers = pickler._out_of_band.tensors.reducers()
+        pickler._prepare()
         try:
             _C_DUMP(pickler, obj)
             small = graph.small()
@@ -491,7 +501,7 @@ def dumps(
             if small is not None and (not out_of_band.met or out_of_band.release_if_unused()):
                 record = fmt.encode_compact(small)
                 pickler.clear_memo()
-                small.clear()  # encode_compact copied it, and nothing else refers to it
+                graph.reset()  # encode_compact copied the stream
             else:
                 record = pickler._full_record_bytes(obj)
         except BaseException:

@@ -4,6 +4,7 @@ the command line."""
 
 from __future__ import annotations
 
+import copyreg
 import io
 import os
 import pickle
@@ -234,6 +235,55 @@ def test_what_compresses_or_does_not_fit_stays_out_of_band():
     # without codec "auto", arrays stay out of band (codec None: mappable; lz4: compressed)
     for options in ({"codec": None}, {"codec": "lz4"}):
         assert len(_streams(blpickle.dumps(_noise(100_000), **options))) == 2, options
+
+
+def test_a_pickle_stream_that_waited_for_raw_arrays_is_cut_into_its_chunks():
+    """A stream that held raw arrays uncompressed, hoping for a compact record, is still
+    written in chunks of the record's chunk size when the record turns out full."""
+    rng = np.random.default_rng(0)
+    rows = list(range(60_000))
+    cases = {
+        "graph past the limit": ([rng.random(56_000), rng.random(56_000), list(range(250_000))], {}),
+        "signed": ([rng.random(12_800), rows], {"key": b"k"}),
+        "a buffer out of band after": ([rng.random(12_800), rows, np.zeros(1 << 17)], {}),
+        "small chunks": ([rng.random(56_000), rng.random(56_000), list(range(250_000))], {"chunk_size": 64 << 10}),
+    }
+    for name, (obj, options) in cases.items():
+        data = blpickle.dumps(obj, **options)
+        streams = _streams(data)
+        assert streams[0].raw or streams[0].nchunks == -(-streams[0].nbytes // streams[0].chunk_size), name
+        loaded = blpickle.loads(data, key=options.get("key"))
+        assert all(np.array_equal(a, b) for a, b in zip(obj, loaded, strict=True)), name
+
+
+def test_dumps_keeps_nothing_of_the_raw_arrays_of_its_last_call():
+    text = [f"row {i} of a compressible table" for i in range(25_000)]
+    out = io.BytesIO()
+    blpickle.Pickler(out).dump(text)
+    fresh = len(out.getvalue())
+    noise = _noise(100_000)
+    for _ in range(8):
+        assert fmt.checked_compact_pickle(blpickle.dumps(noise)) is not None
+    assert len(blpickle.dumps(text)) == fresh  # compressed, as by a new pickler
+
+
+def test_views_of_an_array_kept_in_band_raw_stay_views():
+    base = _noise(100_000)
+    data = blpickle.dumps([base, base[:], base[100:], base[::2]])
+    assert fmt.checked_compact_pickle(data) is not None and len(data) < 1.1 * base.nbytes
+    for loaded in (blpickle.loads(data), blpickle.loads(data, safe=True)):
+        assert all(np.shares_memory(loaded[0], view) for view in loaded[1:])
+        assert all(np.array_equal(a, b) for a, b in zip([base, base[:], base[100:], base[::2]], loaded, strict=True))
+
+
+def test_a_dispatch_table_entry_for_arrays_is_overridden_for_every_array():
+    table = {**copyreg.dispatch_table, np.ndarray: lambda a: (list, (a.tolist(),))}
+    for obj in ([np.ones(3)], [np.zeros(1 << 17), np.ones(3)]):
+        out = io.BytesIO()
+        pickler = blpickle.Pickler(out)
+        pickler.dispatch_table = table
+        pickler.dump(obj)
+        assert all(type(a) is np.ndarray for a in blpickle.loads(out.getvalue()))
 
 
 def test_a_pickle_stream_mostly_made_of_raw_arrays_is_stored_raw():

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pickle import PickleBuffer
 from typing import TYPE_CHECKING, Any
 
-from .policy import COMPACT_LIMIT, GRAPH_RAW_LIMIT, fits_compact, plan_graph
+from .policy import COMPACT_LIMIT, GRAPH_RAW_LIMIT, fits_compact, plan_graph, plan_pickle
 from .writer import PackedStream
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ class GraphStream:
 
     def __init__(self, splice: Callable[[Any, int], None] | None, options: Options) -> None:
         self._splice = splice
+        self._options = options
         self._plan = plan_graph(options)
         self._nthreads = options.threads
         self._chunk_size = sys.maxsize if self._plan.raw else self._plan.chunk_size
@@ -73,10 +74,16 @@ class GraphStream:
         """Whether the stream holds arrays stored raw (`take_raw`) and may still make a
         compact record: then it is not cut into chunks to compress."""
         size = len(self._tail)
-        return bool(self.raw_nbytes) and size < COMPACT_LIMIT and size - self.raw_nbytes < self._chunk_size
+        return (
+            self._packed is None
+            and bool(self.raw_nbytes)
+            and size < COMPACT_LIMIT
+            and size - self.raw_nbytes < self._chunk_size
+        )
 
-    def _cut(self) -> None:
-        """Hand every complete chunk of the tail to the PackedStream (started on the first)."""
+    def _cut(self) -> PackedStream:
+        """Hand every complete chunk of the tail to the PackedStream (started on the first);
+        return it."""
         if self._packed is None:
             self._packed = PackedStream(self._plan, self._nthreads)
         chunk_size = self._chunk_size
@@ -84,6 +91,7 @@ class GraphStream:
             self._packed.add(bytes(self._tail[:chunk_size]))
             del self._tail[:chunk_size]
             self._start += chunk_size
+        return self._packed
 
     def small(self) -> bytearray | None:
         """Return the pickle stream when it fits a compact record (`fits_compact` for an
@@ -92,16 +100,23 @@ class GraphStream:
         return tail if self._packed is None and fits_compact(len(tail), self.raw_nbytes, 0, (), None) else None
 
     def whole(self) -> bytearray | None:
-        """Return the pickle stream if it is all in memory (it never filled a chunk), else None."""
+        """Return the pickle stream if it is all in memory (it was never cut into chunks),
+        else None."""
         return self._tail if self._packed is None else None
 
     def finish(self) -> PackedStream | bytearray:
-        """Return the whole pickle stream: compressing, or in memory if it never filled a chunk."""
-        if self._packed is None:
-            return self._tail
+        """Return the whole pickle stream: in memory if it never filled a chunk or, having
+        waited (`take_raw`), if it is to be stored raw (`plan_pickle`); else compressing, in
+        chunks of the plan's size."""
+        tail = self._tail
+        if self._packed is None and (
+            len(tail) < self._chunk_size or plan_pickle(self._options, len(tail), self.raw_nbytes).raw
+        ):
+            return tail
+        packed = self._cut()
         if self._tail:  # a stream of whole chunks has no shorter last one
-            self._packed.add(bytes(self._tail), last=True)
-        return self._packed
+            packed.add(bytes(self._tail), last=True)
+        return packed
 
     def reset(self) -> None:
         """Start a new pickle stream (dropping chunks of a failed one not compressed yet)."""
