@@ -138,7 +138,8 @@ class _OutOfBand:
         `_raw_in_band` keeps there (``take_raw``: the pickle stream's `GraphStream.take_raw`), as
         numpy makes it for protocols under 5, object arrays, dtypes numpy gives back changed
         and a caller's ``buffer_callback``. The array loads as ``pickle`` gives it back,
-        contiguous ones read-only if they were, views of an array out of band as views."""
+        contiguous ones read-only if they were, views of an array over `INBAND_LIMIT` reduced
+        before it (out of band or kept in band raw) as views."""
         self.met = True
         met = array
         if type(array) is not np.ndarray:
@@ -154,7 +155,7 @@ class _OutOfBand:
         ):
             return array.__reduce_ex__(self._protocol)
         if self._copy_small_arrays and array.nbytes < INBAND_LIMIT:
-            # as pickle stores it; only an array out of band is remembered as a view's base
+            # as pickle stores it; only arrays over INBAND_LIMIT are remembered as views' bases
             view = self._aliases.place(met, array, False) if self._aliases and array.size else None
             return reduce_in_band(array) if view is None else view
         self.numpy_small = False  # from now on, a small array may view this one
@@ -311,7 +312,7 @@ class _RecordPickler(pickle.Pickler):
                 return NotImplemented  # what `_OutOfBand.reduce_ndarray` would give, at less cost
         if kind in _ARRAY_TYPES:
             return self._out_of_band.reduce_ndarray(obj, self._graph.take_raw)
-        reduce = self._tensor_reducers.get(type(obj))
+        reduce = self._tensor_reducers.get(kind)
         return NotImplemented if reduce is None else reduce(obj)
 
     def dump(self, obj: Any) -> None:
