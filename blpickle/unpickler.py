@@ -32,6 +32,7 @@ from .errors import (
 )
 from .format.scan import scan_globals
 from .io.files import open_input
+from .io.ranges import has_readinto, readinto_of
 from .io.sources import FileSource, MemorySource, Source, map_file
 from .options import Options, available_threads, check_key
 from .restricted import Policy, RestrictedUnpickler
@@ -284,14 +285,9 @@ def _read_after(file: BinaryIO, head: bytes, size: int) -> memoryview:
     record[: len(head)] = head
     view = memoryview(record)
     pos = len(head)
-    readinto = getattr(file, "readinto", None)
+    readinto = readinto_of(file)
     while pos < len(record):
-        if readinto is not None:
-            count = readinto(view[pos:])
-        else:
-            more = file.read(len(record) - pos)
-            count = len(more)
-            view[pos : pos + count] = more
+        count = readinto(view[pos:])
         if not count:
             break
         pos += count
@@ -299,13 +295,8 @@ def _read_after(file: BinaryIO, head: bytes, size: int) -> memoryview:
 
 
 def _read_upto(file: BinaryIO, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        more = file.read(size - len(data))
-        if not more:
-            break
-        data += more
-    return data
+    """Return up to ``size`` bytes read from ``file`` (fewer at its end)."""
+    return bytes(_read_after(file, b"", size))
 
 
 class _Prefixed:
@@ -334,8 +325,11 @@ class _Prefixed:
 
 
 def _rewind(file: BinaryIO, head: bytes) -> Any:
+    """Return ``file`` as it was before ``head`` was read from it, for the unpickler: sought
+    back, or with ``head`` in front of it where it cannot seek or has no ``readinto`` of its
+    own (which the unpickler would call for large payloads)."""
     try:
-        if file.seekable():
+        if file.seekable() and has_readinto(file):
             file.seek(-len(head), io.SEEK_CUR)
             return file
     except (AttributeError, OSError):

@@ -7,6 +7,7 @@ import gzip
 import io
 import lzma
 import os
+import pickle
 import stat
 import subprocess
 import sys
@@ -290,3 +291,59 @@ class _StallingFile(io.RawIOBase):
 def test_a_file_that_stops_taking_bytes_fails_the_dump():
     with pytest.raises(blpickle.DumpError, match="no more"):
         blpickle.dump({"a": 1}, _StallingFile())
+
+
+class _ReadOnlyRaw(io.RawIOBase):
+    """A raw file that implements ``read`` only: its ``readinto`` is `io.RawIOBase`'s, which
+    raises NotImplementedError."""
+
+    def __init__(self, data: bytes, seekable: bool, most: int = 1000) -> None:
+        self._data, self._pos, self._seekable, self._most = data, 0, seekable, most
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._data) if size < 0 else self._pos + min(size, self._most)  # short reads
+        out = self._data[self._pos : end]
+        self._pos += len(out)
+        return out
+
+    def seekable(self) -> bool:
+        return self._seekable
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if not self._seekable:
+            raise io.UnsupportedOperation("seek")
+        self._pos = [0, self._pos, len(self._data)][whence] + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
+RECORDS = {
+    "compact": {"a": np.arange(10.0)},
+    "array": np.arange(100_000.0),
+    "several streams": {"noise": np.random.default_rng(0).random(300_000), "ramp": np.arange(2_000_000)},
+}
+
+
+@pytest.mark.parametrize("seekable", [False, True])
+@pytest.mark.parametrize("name", list(RECORDS))
+@pytest.mark.parametrize("kind", ["record", "plain pickle"])
+def test_files_that_implement_read_only_load(seekable, name, kind):
+    obj = RECORDS[name]
+    if kind == "record":  # read in short pieces, as a raw file may
+        file = _ReadOnlyRaw(blpickle.dumps(obj) + b"after", seekable)
+    else:  # whole: pickle's own unpickler takes a short read for the end of the data
+        file = _ReadOnlyRaw(pickle.dumps(obj, protocol=5) + b"after", seekable, most=1 << 30)
+    loaded = blpickle.load(file)
+    assert pickle.dumps(loaded, protocol=5) == pickle.dumps(obj, protocol=5)
+    assert file.read() == b"after"  # left just after what it loaded, as pickle leaves a file
+
+
+def test_open_reads_a_seekable_file_that_implements_read_only():
+    obj = RECORDS["several streams"]
+    record = blpickle.open(_ReadOnlyRaw(blpickle.dumps(obj), seekable=True))
+    assert np.array_equal(record["noise"], obj["noise"]) and np.array_equal(record.load()["ramp"], obj["ramp"])

@@ -9,17 +9,18 @@ Offsets are counted from the record's start, which is where the input stood when
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 from ..errors import LoadError, TruncatedError
 from .remote import filesystem
 
-__all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges", "plain_fileno"]
+__all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges", "has_readinto", "plain_fileno", "readinto_of"]
 
 
 class Ranges:
@@ -117,6 +118,7 @@ class FileRanges(Ranges):
         self._start = here if start is None else start
         self._fileno = plain_fileno(file)
         self._lock = threading.Lock()
+        self._readinto = readinto_of(file)
         end = os.fstat(self._fileno).st_size if self._fileno is not None else file.seek(0, io.SEEK_END)
         if self._fileno is None:
             file.seek(here)
@@ -132,7 +134,7 @@ class FileRanges(Ranges):
             else:
                 with self._lock:
                     self._file.seek(self._start + offset + done)
-                    count = self._file.readinto(dst[done:])  # type: ignore[attr-defined]
+                    count = self._readinto(dst[done:]) or 0
             if not count:
                 raise TruncatedError(what, offset, len(dst), done)
             done += count
@@ -163,9 +165,35 @@ def plain_fileno(file: Any) -> int | None:
     return fileno
 
 
+def has_readinto(file: Any) -> bool:
+    """Whether ``file`` has a ``readinto`` of its own: not the one `io.RawIOBase` leaves to
+    its subclasses, which raises `NotImplementedError` in one that implements ``read`` only."""
+    readinto = getattr(type(file), "readinto", None)
+    return readinto is not None and readinto is not io.RawIOBase.readinto
+
+
+def readinto_of(file: Any) -> Callable[[memoryview], int | None]:
+    """Return how to fill the start of a buffer from ``file``, returning the byte count (0 or
+    None at its end): its ``readinto``, or one ``read`` (of at most `READ_PIECE` bytes)
+    copied into the buffer where it has none of its own (`has_readinto`)."""
+    if has_readinto(file):
+        return file.readinto
+    return functools.partial(_read_into, file)
+
+
+#: Files without a ``readinto`` of their own are read in pieces of at most this size.
+READ_PIECE = 8 << 20
+
+
+def _read_into(file: Any, dst: memoryview) -> int:
+    data = file.read(min(len(dst), READ_PIECE)) or b""
+    dst[: len(data)] = data
+    return len(data)
+
+
 def _seekable(file: Any) -> bool:
     try:
-        return bool(file.seekable()) and hasattr(file, "readinto")
+        return bool(file.seekable()) and hasattr(file, "read")
     except (AttributeError, OSError, ValueError):
         return False
 

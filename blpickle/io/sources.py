@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import TruncatedError
-from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno
+from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno, readinto_of
 
 __all__ = [
     "FileSource",
@@ -173,10 +173,7 @@ class FileSource(Source):
         return pending
 
     def readinto(self, dst: memoryview, what: str) -> None:
-        readinto = getattr(self._file, "readinto", None)
-        if readinto is None:
-            dst[:] = self.read(dst.nbytes, what)
-            return
+        readinto = readinto_of(self._file)
         dst = dst.cast("B")
         done = 0
         while done < len(dst):
