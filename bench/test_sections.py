@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import json
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import blpickle
 
-from . import fixed_cost, goals, pipeline, processes_bench, real_objects, section_tables, small_tasks, tensors, timing
+from . import (
+    alignment,
+    fixed_cost,
+    goals,
+    pipeline,
+    processes_bench,
+    real_objects,
+    section_tables,
+    small_tasks,
+    tensors,
+    timing,
+)
 from .__main__ import write_sections
 
 
@@ -176,3 +188,15 @@ def test_real_objects_compare_what_they_load() -> None:
     arrays = {"a": np.arange(3), "name": "x"}
     assert real_objects.same(arrays, {"a": np.arange(3), "name": "x"})
     assert not real_objects.same(arrays, {"a": np.arange(3.0), "name": "x"})
+
+
+def test_alignment_files_put_the_payload_at_each_page_offset(tmp_path) -> None:
+    array = np.arange(100_000, dtype=np.float64)
+    files = alignment.write_files(str(tmp_path), array)
+    assert sorted(files) == sorted(alignment.PAGE_OFFSETS)
+    for offset, (path, padding) in files.items():
+        data = Path(path).read_bytes()
+        assert data.find(array[:64].tobytes()) % alignment.PAGE == offset
+        with open(path, "rb") as file:
+            file.seek(padding)
+            assert np.array_equal(blpickle.load(file), array)
