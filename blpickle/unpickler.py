@@ -295,8 +295,15 @@ def _read_after(file: BinaryIO, head: bytes, size: int) -> memoryview:
 
 
 def _read_upto(file: BinaryIO, size: int) -> bytes:
-    """Return up to ``size`` bytes read from ``file`` (fewer at its end)."""
-    return bytes(_read_after(file, b"", size))
+    """Return up to ``size`` bytes read from ``file`` (fewer at its end): a few bytes, with
+    ``read`` (no buffer to set up: a record's magic and preamble)."""
+    data = b""
+    while len(data) < size:
+        more = file.read(size - len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 class _Prefixed:
