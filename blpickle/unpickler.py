@@ -32,7 +32,7 @@ from .errors import (
 )
 from .format.scan import scan_globals
 from .io.files import open_input
-from .io.ranges import has_readinto, readinto_of
+from .io.ranges import has_readinto, read_some, readinto_of
 from .io.sources import FileSource, MemorySource, Source, map_file
 from .options import Options, available_threads, check_key
 from .restricted import Policy, RestrictedUnpickler
@@ -299,7 +299,7 @@ def _read_upto(file: BinaryIO, size: int) -> bytes:
     ``read`` (no buffer to set up: a record's magic and preamble)."""
     data = b""
     while len(data) < size:
-        more = file.read(size - len(data))
+        more = read_some(file, size - len(data))
         if not more:
             break
         data += more
@@ -319,7 +319,7 @@ class _Prefixed:
         )
         if size < 0:
             return head + self._file.read()
-        return head + (self._file.read(size - len(head)) if size > len(head) else b"")
+        return head + _read_upto(self._file, size - len(head))  # whole, as pickle expects of read
 
     def readline(self, size: int = -1) -> bytes:
         end = self._prefix.find(b"\n") + 1 or len(self._prefix)

@@ -347,3 +347,69 @@ def test_open_reads_a_seekable_file_that_implements_read_only():
     obj = RECORDS["several streams"]
     record = blpickle.open(_ReadOnlyRaw(blpickle.dumps(obj), seekable=True))
     assert np.array_equal(record["noise"], obj["noise"]) and np.array_equal(record.load()["ramp"], obj["ramp"])
+
+
+class _BadReadinto(_ReadOnlyRaw):
+    """A file whose ``readinto`` is honest for the first 16 bytes, then returns
+    ``count(size)`` and reads nothing."""
+
+    def __init__(self, data: bytes, count) -> None:
+        super().__init__(data, seekable=True)
+        self._count = count
+
+    def readinto(self, buffer) -> int:
+        if self._pos >= 16:
+            return self._count(len(buffer))
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _BadRead(_ReadOnlyRaw):
+    """A file that implements ``read`` only, honest for the first 16 bytes, then returning
+    ``make(size)``."""
+
+    def __init__(self, data: bytes, make) -> None:
+        super().__init__(data, seekable=True)
+        self._make = make
+
+    def read(self, size: int = -1):
+        return super().read(size) if self._pos < 16 else self._make(size)
+
+
+BAD_COUNTS = {"negative": lambda size: -1, "more than asked": lambda size: size + 1}
+BAD_READS = {"text": lambda size: "x" * size, "more than asked": lambda size: b"x" * (size + 1)}
+#: A compact record (read whole with readinto) and one of raw streams (each read with readinto).
+BROKEN_FILE_RECORDS = {
+    "compact": blpickle.dumps(RECORDS["compact"]),
+    "raw streams": blpickle.dumps(RECORDS["several streams"], codec=None),
+}
+
+
+@pytest.mark.parametrize("record", list(BROKEN_FILE_RECORDS))
+@pytest.mark.parametrize("count", list(BAD_COUNTS))
+def test_a_readinto_that_breaks_the_protocol_raises_a_load_error(record, count):
+    """Never a hang (a negative count read backwards forever) nor a bare error."""
+    data = BROKEN_FILE_RECORDS[record]
+    with pytest.raises(blpickle.LoadError, match="the file's readinto returned"):
+        blpickle.load(_BadReadinto(data, BAD_COUNTS[count]))
+    with pytest.raises(blpickle.LoadError, match="the file's readinto returned"):
+        blpickle.open(_BadReadinto(data, BAD_COUNTS[count])).load()
+
+
+@pytest.mark.parametrize("record", list(BROKEN_FILE_RECORDS))
+@pytest.mark.parametrize("make", list(BAD_READS))
+def test_a_read_that_breaks_the_protocol_raises_a_load_error(record, make):
+    data = BROKEN_FILE_RECORDS[record]
+    with pytest.raises(blpickle.LoadError, match="the file's read returned"):
+        blpickle.load(_BadRead(data, BAD_READS[make]))
+    with pytest.raises(blpickle.LoadError, match="the file's read returned"):
+        blpickle.open(_BadRead(data, BAD_READS[make])).load()
+
+
+def test_a_plain_pickle_loads_from_a_file_that_reads_a_little_at_a_time():
+    """Its reads are made whole before the unpickler sees them (pickle.load fails here)."""
+    obj = RECORDS["several streams"]
+    file = _ReadOnlyRaw(pickle.dumps(obj, protocol=5) + b"after", seekable=False)
+    assert pickle.dumps(blpickle.load(file), protocol=5) == pickle.dumps(obj, protocol=5)
+    assert file.read() == b"after"

@@ -175,7 +175,7 @@ def allocate_stream(nbytes: int, number: int, allocate: Callable[[int], Any] | N
     """Return a writable buffer for stream ``number``: ``allocate(nbytes)``, by default an
     uninitialised array (no zero-fill) aligned to `ALIGNMENT` bytes, as raw payloads are in
     the record: the kernel copies a page-aligned part of a file to an address 16 bytes past
-    it (where numpy's large allocations start) about 2.5 times slower than to one aligned
+    it (where numpy's large allocations start) about 2.2 times slower than to one aligned
     alike (a 100 MB raw array: `bench/alignment.py`).
 
     Raises:

@@ -20,7 +20,16 @@ from typing import Any, BinaryIO
 from ..errors import LoadError, TruncatedError
 from .remote import filesystem
 
-__all__ = ["FileRanges", "MemoryRanges", "Ranges", "UrlRanges", "has_readinto", "plain_fileno", "readinto_of"]
+__all__ = [
+    "FileRanges",
+    "MemoryRanges",
+    "Ranges",
+    "UrlRanges",
+    "has_readinto",
+    "plain_fileno",
+    "read_some",
+    "readinto_of",
+]
 
 
 class Ranges:
@@ -134,7 +143,7 @@ class FileRanges(Ranges):
             else:
                 with self._lock:
                     self._file.seek(self._start + offset + done)
-                    count = self._readinto(dst[done:]) or 0
+                    count = self._readinto(dst[done:])
             if not count:
                 raise TruncatedError(what, offset, len(dst), done)
             done += count
@@ -172,12 +181,16 @@ def has_readinto(file: Any) -> bool:
     return readinto is not None and readinto is not io.RawIOBase.readinto
 
 
-def readinto_of(file: Any) -> Callable[[memoryview], int | None]:
-    """Return how to fill the start of a buffer from ``file``, returning the byte count (0 or
-    None at its end): its ``readinto``, or one ``read`` (of at most `READ_PIECE` bytes)
-    copied into the buffer where it has none of its own (`has_readinto`)."""
+def readinto_of(file: Any) -> Callable[[memoryview], int]:
+    """Return how to fill the start of a buffer from ``file``: a function that returns the
+    byte count, 0 at the file's end. It calls the file's own ``readinto`` (`has_readinto`),
+    else one `read_some` of at most `READ_PIECE` bytes copied into the buffer.
+
+    The function raises `LoadError` for a file that breaks the protocol: a ``readinto``
+    count that is not 0 to the buffer's size (a negative one would read backwards forever).
+    """
     if has_readinto(file):
-        return file.readinto
+        return functools.partial(_checked_readinto, file.readinto)
     return functools.partial(_read_into, file)
 
 
@@ -185,8 +198,33 @@ def readinto_of(file: Any) -> Callable[[memoryview], int | None]:
 READ_PIECE = 8 << 20
 
 
+def read_some(file: Any, size: int) -> memoryview:
+    """Return the bytes of one ``file.read(size)`` (empty at its end).
+
+    Raises:
+        LoadError: when ``read`` returns something other than bytes, or more than ``size``.
+    """
+    data = file.read(size)
+    try:
+        view = memoryview(b"" if data is None else data).cast("B")
+    except TypeError:
+        raise LoadError(f"the file's read returned {type(data).__name__}, not bytes") from None
+    if len(view) > size:
+        raise LoadError(f"the file's read returned {len(view)} bytes where {size} were asked")
+    return view
+
+
+def _checked_readinto(readinto: Callable[[memoryview], Any], dst: memoryview) -> int:
+    count = readinto(dst)
+    if count is None:  # a raw file with no bytes ready: as at its end
+        return 0
+    if not isinstance(count, int) or not 0 <= count <= len(dst):
+        raise LoadError(f"the file's readinto returned {count!r} for a buffer of {len(dst)} bytes")
+    return count
+
+
 def _read_into(file: Any, dst: memoryview) -> int:
-    data = file.read(min(len(dst), READ_PIECE)) or b""
+    data = read_some(file, min(len(dst), READ_PIECE))
     dst[: len(data)] = data
     return len(data)
 

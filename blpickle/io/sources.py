@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import TruncatedError
-from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno, readinto_of
+from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno, read_some, readinto_of
 
 __all__ = [
     "FileSource",
@@ -146,12 +146,12 @@ class FileSource(Source):
         self.system_reads = self._fileno is not None
         self._measured = -1  # the file's size when last measured (-1: never)
 
-    def read(self, size: int, what: str) -> bytes | bytearray:
-        data: bytes | bytearray = self._file.read(min(size, READ_SIZE)) or b""
+    def read(self, size: int, what: str) -> memoryview | bytearray:
+        data: memoryview | bytearray = read_some(self._file, min(size, READ_SIZE))
         if len(data) < size:
             parts = bytearray(data)
             while len(parts) < size:
-                more = self._file.read(min(size - len(parts), READ_SIZE))
+                more = read_some(self._file, min(size - len(parts), READ_SIZE))
                 if not more:
                     raise TruncatedError(what, self.pos, size, len(parts))
                 parts += more
