@@ -295,15 +295,19 @@ def _read_after(file: BinaryIO, head: bytes, size: int) -> memoryview:
 
 
 def _read_upto(file: BinaryIO, size: int) -> bytes:
-    """Return up to ``size`` bytes read from ``file`` (fewer at its end): a few bytes, with
-    ``read`` (no buffer to set up: a record's magic and preamble)."""
-    data = b""
-    while len(data) < size:
-        more = read_some(file, size - len(data))
+    """Return up to ``size`` bytes read from ``file`` (fewer at its end), with ``read``: a
+    record's magic and preamble (no buffer to set up), or what the unpickler asks
+    `_Prefixed` for (as the file returns it when it comes whole, as it mostly does)."""
+    data = read_some(file, size)
+    if len(data) == size or not data:
+        return bytes(data)
+    parts = bytearray(data)
+    while len(parts) < size:
+        more = read_some(file, size - len(parts))
         if not more:
             break
-        data += more
-    return data
+        parts += more
+    return bytes(parts)
 
 
 class _Prefixed:

@@ -198,20 +198,24 @@ def readinto_of(file: Any) -> Callable[[memoryview], int]:
 READ_PIECE = 8 << 20
 
 
-def read_some(file: Any, size: int) -> memoryview:
-    """Return the bytes of one ``file.read(size)`` (empty at its end).
+def read_some(file: Any, size: int) -> bytes | memoryview:
+    """Return what one ``file.read(size)`` returns (empty at its end): as is when it is
+    bytes, else as a memoryview of its bytes.
 
     Raises:
         LoadError: when ``read`` returns something other than bytes, or more than ``size``.
     """
     data = file.read(size)
-    try:
-        view = memoryview(b"" if data is None else data).cast("B")
-    except TypeError:
-        raise LoadError(f"the file's read returned {type(data).__name__}, not bytes") from None
-    if len(view) > size:
-        raise LoadError(f"the file's read returned {len(view)} bytes where {size} were asked")
-    return view
+    if data is None:  # a raw file with no bytes ready: as at its end
+        return b""
+    if type(data) is not bytes:
+        try:
+            data = memoryview(data).cast("B")
+        except TypeError:
+            raise LoadError(f"the file's read returned {type(data).__name__}, not bytes") from None
+    if len(data) > size:
+        raise LoadError(f"the file's read returned {len(data)} bytes where {size} were asked")
+    return data
 
 
 def _checked_readinto(readinto: Callable[[memoryview], Any], dst: memoryview) -> int:

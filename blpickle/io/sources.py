@@ -146,8 +146,8 @@ class FileSource(Source):
         self.system_reads = self._fileno is not None
         self._measured = -1  # the file's size when last measured (-1: never)
 
-    def read(self, size: int, what: str) -> memoryview | bytearray:
-        data: memoryview | bytearray = read_some(self._file, min(size, READ_SIZE))
+    def read(self, size: int, what: str) -> bytes | memoryview | bytearray:
+        data: bytes | memoryview | bytearray = read_some(self._file, min(size, READ_SIZE))
         if len(data) < size:
             parts = bytearray(data)
             while len(parts) < size:
