@@ -132,8 +132,10 @@ class Unpickler(pickle.Unpickler):
         """
         if not hasattr(self, "_settings"):
             raise pickle.UnpicklingError(f"Unpickler.__init__() was not called by {type(self).__name__}.__init__()")
-        head = _read_upto(self._file, len(fmt.MAGIC))
+        head, taken = _first_bytes(self._file)
         if head == fmt.MAGIC:
+            if not taken:
+                _read_upto(self._file, len(head))
             if type(self) is Unpickler and self._mmap_mode is None and self._policy is None and self._key is None:
                 return self._load_small_record(head)
             return self._load_record(head)
@@ -143,7 +145,7 @@ class Unpickler(pickle.Unpickler):
             raise BadMagicError(head)
         if self._key is not None:
             raise SignatureError("this is not a blpickle record, so it cannot be signed: refusing to load it")
-        return self._unpickle(_rewind(self._file, head), self._buffers)
+        return self._unpickle(_rewind(self._file, head if taken else b""), self._buffers)
 
     def _load_small_record(self, magic: bytes) -> Any:
         """Load the record whose magic was just read: a compact one under `COMPACT_LIMIT`
@@ -318,12 +320,29 @@ class _Prefixed:
         self._file = file
 
     def read(self, size: int = -1) -> bytes:
+        if not self._prefix and size >= 0:  # what the unpickler reads after the magic
+            return _read_upto(self._file, size)  # whole, as pickle expects of read
         head, self._prefix = (
             (self._prefix, b"") if size < 0 or size >= len(self._prefix) else (self._prefix[:size], self._prefix[size:])
         )
         if size < 0:
             return head + self._file.read()
-        return head + _read_upto(self._file, size - len(head))  # whole, as pickle expects of read
+        return head + _read_upto(self._file, size - len(head)) if size > len(head) else head
+
+    def peek(self, size: int = 0) -> bytes:
+        """Return bytes to come without reading them, for the unpickler to read ahead (without
+        it, it calls ``read`` for each opcode): the prefix, else what the file's own ``peek``
+        gives.
+
+        Raises:
+            NotImplementedError: for a file without ``peek`` (the unpickler then reads as it goes).
+        """
+        if self._prefix:
+            return self._prefix
+        peek = getattr(self._file, "peek", None)
+        if peek is None:
+            raise NotImplementedError("the file has no peek")
+        return peek(size)
 
     def readline(self, size: int = -1) -> bytes:
         end = self._prefix.find(b"\n") + 1 or len(self._prefix)
@@ -335,17 +354,43 @@ class _Prefixed:
         return head + self._file.readline(-1 if size < 0 else size - len(head))
 
 
+def _first_bytes(file: BinaryIO) -> tuple[bytes, bool]:
+    """Return the first bytes of ``file``, as many as a record's magic (fewer at its end),
+    and whether they were read. A file that cannot seek but can ``peek`` (a pipe's reader)
+    shows them without their being read where its buffer holds enough of them to tell a
+    record from pickle data: a pickle shorter than the magic is then not cut from what
+    follows it, and the unpickler reads ahead through that buffer."""
+    size = len(fmt.MAGIC)
+    peek = getattr(file, "peek", None)
+    if peek is not None and not _can_seek(file):
+        try:
+            shown = bytes(peek(size)[:size])
+        except (OSError, ValueError, TypeError, NotImplementedError):
+            shown = b""
+        if len(shown) == size or (shown and not fmt.MAGIC.startswith(shown)):
+            return shown, False
+    return _read_upto(file, size), True
+
+
+def _can_seek(file: BinaryIO) -> bool:
+    try:
+        return bool(file.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def _rewind(file: BinaryIO, head: bytes) -> Any:
     """Return ``file`` as it was before ``head`` was read from it, for the unpickler: sought
-    back, or with ``head`` in front of it where it cannot seek or has no ``readinto`` of its
-    own (which the unpickler would call for large payloads)."""
-    try:
-        if file.seekable() and has_readinto(file):
+    back, or with ``head`` in front of it where it cannot seek; behind a `_Prefixed`, which
+    reads it with ``read``, where it has no ``readinto`` of its own (which the unpickler
+    calls for large payloads)."""
+    if head and _can_seek(file):
+        try:
             file.seek(-len(head), io.SEEK_CUR)
-            return file
-    except (AttributeError, OSError):
-        pass
-    return _Prefixed(head, file)
+            head = b""
+        except OSError:
+            pass
+    return file if not head and has_readinto(file) else _Prefixed(head, file)
 
 
 def load(

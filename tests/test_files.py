@@ -378,7 +378,11 @@ class _BadRead(_ReadOnlyRaw):
 
 
 BAD_COUNTS = {"negative": lambda size: -1, "more than asked": lambda size: size + 1}
-BAD_READS = {"text": lambda size: "x" * size, "more than asked": lambda size: b"x" * (size + 1)}
+BAD_READS = {
+    "text": lambda size: "x" * size,
+    "more than asked": lambda size: b"x" * (size + 1),
+    "object pointers": lambda size: np.array([object()] * max(size // 8, 1)),
+}
 #: A compact record (read whole with readinto) and one of raw streams (each read with readinto).
 BROKEN_FILE_RECORDS = {
     "compact": blpickle.dumps(RECORDS["compact"]),
@@ -397,14 +401,43 @@ def test_a_readinto_that_breaks_the_protocol_raises_a_load_error(record, count):
         blpickle.open(_BadReadinto(data, BAD_COUNTS[count])).load()
 
 
+class _BadBufferedRead(io.BufferedIOBase):
+    """`_BadRead` as a buffered file: `io.BufferedIOBase` gives it a ``readinto`` that calls
+    ``read`` without checking what it returns."""
+
+    def __init__(self, data: bytes, make) -> None:
+        self._raw = _BadRead(data, make)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1):
+        return self._raw.read(-1 if size is None else size)
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+
+@pytest.mark.parametrize("kind", [_BadRead, _BadBufferedRead])
 @pytest.mark.parametrize("record", list(BROKEN_FILE_RECORDS))
 @pytest.mark.parametrize("make", list(BAD_READS))
-def test_a_read_that_breaks_the_protocol_raises_a_load_error(record, make):
+def test_a_read_that_breaks_the_protocol_raises_a_load_error(kind, record, make):
     data = BROKEN_FILE_RECORDS[record]
     with pytest.raises(blpickle.LoadError, match="the file's read returned"):
-        blpickle.load(_BadRead(data, BAD_READS[make]))
+        blpickle.load(kind(data, BAD_READS[make]))
     with pytest.raises(blpickle.LoadError, match="the file's read returned"):
-        blpickle.open(_BadRead(data, BAD_READS[make])).load()
+        blpickle.open(kind(data, BAD_READS[make])).load()
+
+
+def test_a_pickle_shorter_than_the_magic_leaves_a_seekable_file_just_after_it():
+    file = _ReadOnlyRaw(pickle.dumps(None, protocol=2) + b"after", seekable=True)
+    assert blpickle.load(file) is None and file.read() == b"after"
 
 
 def test_a_plain_pickle_loads_from_a_file_that_reads_a_little_at_a_time():
@@ -413,3 +446,18 @@ def test_a_plain_pickle_loads_from_a_file_that_reads_a_little_at_a_time():
     file = _ReadOnlyRaw(pickle.dumps(obj, protocol=5) + b"after", seekable=False)
     assert pickle.dumps(blpickle.load(file), protocol=5) == pickle.dumps(obj, protocol=5)
     assert file.read() == b"after"
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 4, 5])
+def test_plain_pickles_load_from_a_pipe_one_after_the_other(protocol):
+    """Read through the pipe's buffer (``peek``), not a call per opcode, and each load stops
+    just after its pickle."""
+    objects = [[str(i) for i in range(20_000)], {"b": b"x" * 100_000, "n": None}, None]
+    data = b"".join(pickle.dumps(obj, protocol=protocol) for obj in objects) + b"after"
+    read, write = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write, data) and None, os.close(write)))
+    with open(read, "rb") as file:
+        writer.start()
+        assert [blpickle.load(file) for _ in objects] == objects
+        assert file.read() == b"after"
+    writer.join()

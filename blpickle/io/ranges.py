@@ -176,9 +176,10 @@ def plain_fileno(file: Any) -> int | None:
 
 def has_readinto(file: Any) -> bool:
     """Whether ``file`` has a ``readinto`` of its own: not the one `io.RawIOBase` leaves to
-    its subclasses, which raises `NotImplementedError` in one that implements ``read`` only."""
+    its subclasses, which raises `NotImplementedError` in one that implements ``read`` only,
+    nor `io.BufferedIOBase`'s, which calls ``read`` without the checks of `read_some`."""
     readinto = getattr(type(file), "readinto", None)
-    return readinto is not None and readinto is not io.RawIOBase.readinto
+    return readinto is not None and readinto not in (io.RawIOBase.readinto, io.BufferedIOBase.readinto)
 
 
 def readinto_of(file: Any) -> Callable[[memoryview], int]:
@@ -210,8 +211,11 @@ def read_some(file: Any, size: int) -> bytes | memoryview:
         return b""
     if type(data) is not bytes:
         try:
-            data = memoryview(data).cast("B")
-        except TypeError:
+            view = memoryview(data)
+            if view.format == "O":  # object pointers are not bytes of the file
+                raise TypeError
+            data = view.cast("B")
+        except (TypeError, ValueError, BufferError):
             raise LoadError(f"the file's read returned {type(data).__name__}, not bytes") from None
     if len(data) > size:
         raise LoadError(f"the file's read returned {len(data)} bytes where {size} were asked")
