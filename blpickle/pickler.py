@@ -355,7 +355,6 @@ class _RecordPickler(pickle.Pickler):
             tuple(out_of_band.streams),
             tuple(out_of_band.external),
             self._protocol,
-            self._graph.raw_nbytes,
         )
         write_pickled(file, pickled, self.options, self._key)
 

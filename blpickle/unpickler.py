@@ -32,7 +32,7 @@ from .errors import (
 )
 from .format.scan import scan_globals
 from .io.files import open_input
-from .io.ranges import has_readinto, read_some, readinto_of
+from .io.ranges import has_readinto, read_upto, readinto_of
 from .io.sources import FileSource, MemorySource, Source, map_file
 from .options import Options, available_threads, check_key
 from .restricted import Policy, RestrictedUnpickler
@@ -299,17 +299,8 @@ def _read_after(file: BinaryIO, head: bytes, size: int) -> memoryview:
 def _read_upto(file: BinaryIO, size: int) -> bytes:
     """Return up to ``size`` bytes read from ``file`` (fewer at its end), with ``read``: a
     record's magic and preamble (no buffer to set up), or what the unpickler asks
-    `_Prefixed` for (as the file returns it when it comes whole, as it mostly does)."""
-    data = read_some(file, size)
-    if len(data) == size or not data:
-        return bytes(data)
-    parts = bytearray(data)
-    while len(parts) < size:
-        more = read_some(file, size - len(parts))
-        if not more:
-            break
-        parts += more
-    return bytes(parts)
+    `_Prefixed` for (`blpickle.io.ranges.read_upto`, as bytes)."""
+    return bytes(read_upto(file, size))
 
 
 class _Prefixed:

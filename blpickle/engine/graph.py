@@ -105,14 +105,10 @@ class GraphStream:
         return self._tail if self._packed is None else None
 
     def finish(self) -> PackedStream | bytearray:
-        """Return the whole pickle stream: in memory if it never filled a chunk or, having
-        waited (`take_raw`), if it is to be stored raw (`plan_pickle`); else compressing, in
-        chunks of the plan's size."""
-        tail = self._tail
-        if self._packed is None and (
-            len(tail) < self._chunk_size or plan_pickle(self._options, len(tail), self.raw_nbytes).raw
-        ):
-            return tail
+        """Return the whole pickle stream of a full record: in memory where it is to be
+        stored raw (`plan_pickle`), else compressing, in chunks of the plan's size."""
+        if self._packed is None and plan_pickle(self._options, len(self._tail), self.raw_nbytes).raw:
+            return self._tail
         packed = self._cut()
         if self._tail:  # a stream of whole chunks has no shorter last one
             packed.add(bytes(self._tail), last=True)

@@ -276,8 +276,8 @@ def plan_graph(options: Options) -> ChunkPlan:
 
 
 def plan_pickle(options: Options, nbytes: int, raw_nbytes: int = 0) -> ChunkPlan:
-    """Return the plan of a record's whole pickle stream of ``nbytes`` (one that never
-    filled a chunk of `plan_graph`), ``raw_nbytes`` of them arrays that `stays_raw`: raw
+    """Return the plan of a record's pickle stream of ``nbytes`` held whole in memory (never
+    cut into chunks of `plan_graph`), ``raw_nbytes`` of them arrays that `stays_raw`: raw
     under `GRAPH_RAW_LIMIT` or when those arrays are half of it or more, else `plan_graph`'s."""
     plan = plan_graph(options)
     return plan_raw(nbytes) if plan.raw or nbytes < GRAPH_RAW_LIMIT or 2 * raw_nbytes >= nbytes else plan

@@ -22,7 +22,7 @@ from ..options import Options
 from .buffers import Payload
 from .chunk_hash import ChunkHash
 from .chunks import compress_chunk
-from .policy import ChunkPlan, plan_buffer, plan_pickle
+from .policy import ChunkPlan, plan_buffer, plan_raw
 from .pool import map_ordered, shared_pool
 
 __all__ = ["CountingWriter", "PackedStream", "Pickled", "write_pickled", "write_record"]
@@ -43,7 +43,7 @@ class PackedStream:
 
     def __init__(self, plan: ChunkPlan, nthreads: int) -> None:
         self.plan = plan
-        self._pool = shared_pool(nthreads) if nthreads > 1 else None
+        self._nthreads = nthreads
         self._chunks: list[Future[bytes]] = []
         self.nbytes = 0
 
@@ -52,13 +52,13 @@ class PackedStream:
         ``last``). The last one is compressed in this thread, which would only wait for the
         pool."""
         self.nbytes += len(chunk)
-        if self._pool is None or last:
+        if self._nthreads <= 1 or last:
             future: Future[bytes] = Future()
             future.set_result(compress_chunk(chunk, self.plan.cparams))
             self._chunks.append(future)
             return
         started = threading.Event()
-        self._chunks.append(self._pool.submit(self._compress, chunk, started))
+        self._chunks.append(shared_pool(self._nthreads).submit(self._compress, chunk, started))
         # Wait until a thread runs it: the pickler holds the GIL, which a waiting thread would
         # otherwise get only at the next switch interval (5 ms), so after pickling is over.
         started.wait()
@@ -92,20 +92,18 @@ class Pickled:
     """An object pickled, ready to be written as a record.
 
     Attributes:
-        graph: the pickle stream: compressing already (a big one), or whole in memory.
+        graph: the pickle stream: compressing, or whole in memory to be stored raw (see
+            `blpickle.engine.policy.plan_pickle`).
         buffers: the out-of-band buffers, and the large payloads spliced out of the pickle
             (with their offset in it), in the order the pickle uses them.
         external: positions of the out-of-band buffers the caller keeps (``buffer_callback``).
         protocol: the pickle protocol.
-        raw_nbytes: bytes of the pickle stream that are arrays stored raw in it (see
-            `blpickle.engine.policy.plan_pickle`).
     """
 
     graph: PackedStream | bytearray
     buffers: Sequence[tuple[Payload, int | None]]
     external: tuple[int, ...]
     protocol: int
-    raw_nbytes: int = 0
 
 
 class CountingWriter:
@@ -147,13 +145,8 @@ def write_pickled(file: BinaryIO, pickled: Pickled, options: Options, key: bytes
     plans: list[ChunkPlan] = []
     infos: list[fmt.StreamInfo] = []
     if isinstance(graph, bytearray):
-        plan = plan_pickle(options, len(graph), pickled.raw_nbytes)
-        if plan.raw:
-            payloads.append(Payload(memoryview(graph), 1))
-        else:
-            packed = PackedStream(plan, 1)
-            packed.add(bytes(graph), last=True)
-            payloads.append(packed)
+        plan = plan_raw(len(graph))
+        payloads.append(Payload(memoryview(graph), 1))
     else:
         payloads.append(graph)
         plan = graph.plan

@@ -28,6 +28,7 @@ __all__ = [
     "has_readinto",
     "plain_fileno",
     "read_some",
+    "read_upto",
     "readinto_of",
 ]
 
@@ -220,6 +221,27 @@ def read_some(file: Any, size: int) -> bytes | memoryview:
     if len(data) > size:
         raise LoadError(f"the file's read returned {len(data)} bytes where {size} were asked")
     return data
+
+
+def read_upto(file: Any, size: int, piece: int | None = None) -> bytes | memoryview | bytearray:
+    """Return ``size`` bytes read from ``file`` with `read_some` (fewer only at its end),
+    asking for at most ``piece`` bytes at a time (None: all that is missing): as the file
+    returns them when they come in one read, as they mostly do.
+
+    Raises:
+        LoadError: as `read_some` does.
+    """
+    data: bytes | memoryview | bytearray = read_some(file, size if piece is None else min(size, piece))
+    if len(data) == size or not data:
+        return data
+    parts = bytearray(data)
+    while len(parts) < size:
+        missing = size - len(parts)
+        more = read_some(file, missing if piece is None else min(missing, piece))
+        if not more:
+            break
+        parts += more
+    return parts
 
 
 def _checked_readinto(readinto: Callable[[memoryview], Any], dst: memoryview) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import TruncatedError
-from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno, read_some, readinto_of
+from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno, read_upto, readinto_of
 
 __all__ = [
     "FileSource",
@@ -145,17 +145,12 @@ class FileSource(Source):
         self._start = 0 if self._fileno is None else file.tell() - pos
         self.system_reads = self._fileno is not None
         self._measured = -1  # the file's size when last measured (-1: never)
+        self._readinto = readinto_of(file)
 
     def read(self, size: int, what: str) -> bytes | memoryview | bytearray:
-        data: bytes | memoryview | bytearray = read_some(self._file, min(size, READ_SIZE))
+        data = read_upto(self._file, size, READ_SIZE)
         if len(data) < size:
-            parts = bytearray(data)
-            while len(parts) < size:
-                more = read_some(self._file, min(size - len(parts), READ_SIZE))
-                if not more:
-                    raise TruncatedError(what, self.pos, size, len(parts))
-                parts += more
-            data = parts
+            raise TruncatedError(what, self.pos, size, len(data))
         self.pos += size
         return data
 
@@ -173,11 +168,10 @@ class FileSource(Source):
         return pending
 
     def readinto(self, dst: memoryview, what: str) -> None:
-        readinto = readinto_of(self._file)
         dst = dst.cast("B")
         done = 0
         while done < len(dst):
-            count = readinto(dst[done:])
+            count = self._readinto(dst[done:])
             if not count:
                 raise TruncatedError(what, self.pos, len(dst), done)
             done += count
