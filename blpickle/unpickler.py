@@ -309,6 +309,7 @@ class _Prefixed:
     def __init__(self, prefix: bytes, file: BinaryIO) -> None:
         self._prefix = prefix
         self._file = file
+        self._readinto = readinto_of(file)
 
     def read(self, size: int = -1) -> bytes:
         if not self._prefix and size >= 0:  # what the unpickler reads after the magic
@@ -319,6 +320,22 @@ class _Prefixed:
         if size < 0:
             return head + self._file.read()
         return head + _read_upto(self._file, size - len(head)) if size > len(head) else head
+
+    def readinto(self, buffer: Any) -> int:
+        """Fill ``buffer`` with the prefix, then from the file (its own ``readinto``, or reads
+        of at most `blpickle.io.ranges.READ_PIECE` bytes); return the count, short only at
+        the file's end. The unpickler reads large payloads this way, straight into the
+        object they make, instead of through a copy per read."""
+        view = memoryview(buffer).cast("B")
+        done = min(len(self._prefix), len(view))
+        view[:done] = self._prefix[:done]
+        self._prefix = self._prefix[done:]
+        while done < len(view):
+            count = self._readinto(view[done:])
+            if not count:
+                break
+            done += count
+        return done
 
     def peek(self, size: int = 0) -> bytes:
         """Return bytes to come without reading them, for the unpickler to read ahead (without

@@ -18,6 +18,7 @@ import pytest
 
 import blpickle
 from blpickle.io.files import open_input
+from blpickle.io.ranges import READ_PIECE
 
 OBJECT = {"array": np.arange(50_000, dtype="f8"), "text": "x" * 100}
 
@@ -446,6 +447,27 @@ def test_a_plain_pickle_loads_from_a_file_that_reads_a_little_at_a_time():
     file = _ReadOnlyRaw(pickle.dumps(obj, protocol=5) + b"after", seekable=False)
     assert pickle.dumps(blpickle.load(file), protocol=5) == pickle.dumps(obj, protocol=5)
     assert file.read() == b"after"
+
+
+class _Asking(_ReadOnlyRaw):
+    """A read-only file that keeps the size of each read asked of it."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data, seekable=False, most=1 << 30)
+        self.asked: list[int] = []
+
+    def read(self, size: int = -1) -> bytes:
+        self.asked.append(size)
+        return super().read(size)
+
+
+def test_a_large_payload_of_a_plain_pickle_is_read_in_pieces_into_its_object():
+    """Through the unpickler's ``readinto``, not one read of the whole payload held beside
+    the object it makes."""
+    obj = {"b": os.urandom(READ_PIECE * 2 + 100), "n": 1}
+    file = _Asking(pickle.dumps(obj, protocol=5) + b"after")
+    assert blpickle.load(file) == obj
+    assert max(file.asked) <= READ_PIECE and file.read() == b"after"
 
 
 @pytest.mark.parametrize("protocol", [0, 2, 4, 5])
