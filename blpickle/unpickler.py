@@ -300,7 +300,10 @@ def _read_upto(file: BinaryIO, size: int) -> bytes:
     """Return up to ``size`` bytes read from ``file`` (fewer at its end), with ``read``: a
     record's magic and preamble (no buffer to set up), or what the unpickler asks
     `_Prefixed` for (`blpickle.io.ranges.read_upto`, as bytes)."""
-    return bytes(read_upto(file, size))
+    data = file.read(size)
+    if type(data) is bytes and len(data) == size:  # as it mostly comes
+        return data
+    return bytes(read_upto(file, size, first=data))
 
 
 class _Prefixed:

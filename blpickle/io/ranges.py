@@ -207,7 +207,19 @@ def read_some(file: Any, size: int) -> bytes | memoryview:
     Raises:
         LoadError: when ``read`` returns something other than bytes, or more than ``size``.
     """
-    data = file.read(size)
+    return _checked_read(file.read(size), size)
+
+
+#: `read_upto`'s ``first`` when the caller read nothing yet.
+_UNREAD: Any = object()
+
+
+def _checked_read(data: Any, size: int) -> bytes | memoryview:
+    """Return ``data``, what a file's ``read(size)`` returned, as `read_some` does.
+
+    Raises:
+        LoadError: when it is something other than bytes, or more than ``size`` bytes.
+    """
     if data is None:  # a raw file with no bytes ready: as at its end
         return b""
     if type(data) is not bytes:
@@ -223,15 +235,17 @@ def read_some(file: Any, size: int) -> bytes | memoryview:
     return data
 
 
-def read_upto(file: Any, size: int, piece: int | None = None) -> bytes | memoryview | bytearray:
+def read_upto(file: Any, size: int, piece: int | None = None, first: Any = _UNREAD) -> bytes | memoryview | bytearray:
     """Return ``size`` bytes read from ``file`` with `read_some` (fewer only at its end),
     asking for at most ``piece`` bytes at a time (None: all that is missing): as the file
-    returns them when they come in one read, as they mostly do.
+    returns them when they come in one read, as they mostly do. ``first``: what the
+    caller's own first ``read`` of ``min(size, piece)`` bytes returned, if it made one.
 
     Raises:
         LoadError: as `read_some` does.
     """
-    data: bytes | memoryview | bytearray = read_some(file, size if piece is None else min(size, piece))
+    asked = size if piece is None else min(size, piece)
+    data: bytes | memoryview | bytearray = read_some(file, asked) if first is _UNREAD else _checked_read(first, asked)
     if len(data) == size or not data:
         return data
     parts = bytearray(data)

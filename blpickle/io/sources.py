@@ -148,7 +148,13 @@ class FileSource(Source):
         self._readinto = readinto_of(file)
 
     def read(self, size: int, what: str) -> bytes | memoryview | bytearray:
-        data = read_upto(self._file, size, READ_SIZE)
+        data: bytes | memoryview | bytearray
+        if size <= READ_SIZE:
+            data = self._file.read(size)
+            if type(data) is not bytes or len(data) != size:  # not whole at once: checked, gathered
+                data = read_upto(self._file, size, first=data)
+        else:
+            data = read_upto(self._file, size, READ_SIZE)
         if len(data) < size:
             raise TruncatedError(what, self.pos, size, len(data))
         self.pos += size
