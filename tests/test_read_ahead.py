@@ -12,8 +12,9 @@ import pytest
 
 import blpickle
 from blpickle.engine import jobs
+from blpickle.engine.ahead import AHEAD_SIZE
 from blpickle.engine.jobs import SHARED_LIMIT, SLAB_SIZE
-from blpickle.engine.reader import AHEAD_SIZE, RecordReader
+from blpickle.engine.reader import RecordReader
 from blpickle.errors import ChecksumError, CorruptError, TruncatedError
 from blpickle.format import ALIGNMENT
 from blpickle.io.sources import MemorySource
@@ -85,7 +86,7 @@ def _damaged_chunk(record: bytes, buffer: int) -> bytes:
 
 
 def _counting(monkeypatch) -> dict[str, int]:
-    """Count the read-ahead jobs started and finished (in any thread)."""
+    """Count the read-ahead jobs started and finished (in any thread), and those of each kind."""
     counts = {"started": 0, "finished": 0}
     lock = threading.Lock()
 
@@ -93,6 +94,7 @@ def _counting(monkeypatch) -> dict[str, int]:
         def run(*arguments):
             with lock:
                 counts["started"] += 1
+                counts[function.__name__] = counts.get(function.__name__, 0) + 1
             try:
                 return function(*arguments)
             finally:
@@ -103,6 +105,7 @@ def _counting(monkeypatch) -> dict[str, int]:
 
     monkeypatch.setattr(jobs, "unpack", counted(jobs.unpack))
     monkeypatch.setattr(jobs, "fill_raw", counted(jobs.fill_raw))
+    monkeypatch.setattr(jobs.RawRun, "_fill", counted(jobs.RawRun._fill))
     return counts
 
 
@@ -121,14 +124,64 @@ def test_a_damaged_chunk_among_arrays_in_flight_names_its_buffer_and_leaves_noth
         assert counts["started"] == counts["finished"] > 0  # no job still running
 
 
-def test_a_record_cut_short_raises_where_reading_in_order_would(monkeypatch):
+@pytest.mark.parametrize("where", ["memory", "file"])
+def test_a_record_cut_short_raises_where_reading_in_order_would(where, monkeypatch, tmp_path):
     arrays = {f"a{i}": np.random.default_rng(i).random(25_000) for i in range(20)}
     record = blpickle.dumps(arrays)
     offsets, _, firsts = _chunks(record)
     counts = _counting(monkeypatch)
+    short = record[: offsets[firsts[10]] + 1000]
+    path = tmp_path / "short.blp"
+    path.write_bytes(short)
     with pytest.raises(TruncatedError, match="buffer 9"):
-        blpickle.loads(record[: offsets[firsts[10]] + 1000])  # read ahead of the unpickler
+        blpickle.loads(short) if where == "memory" else blpickle.load(str(path))  # read ahead of the unpickler
     assert counts["started"] == counts["finished"]
+
+
+def _raw_record() -> tuple[dict[str, np.ndarray], bytes]:
+    """A record of raw arrays out of band (after a compressed one, so that none stays in the
+    pickle stream), read ahead from a plain file in runs (`blpickle.engine.jobs.RawRun`)."""
+    rng = np.random.default_rng(0)
+    arrays = {"ramp": np.arange(300_000), **{f"noise{i}": rng.random(12_500 + 7 * i) for i in range(30)}}
+    return arrays, blpickle.dumps(arrays)
+
+
+def test_raw_arrays_read_in_runs_from_a_file_load_and_leave_the_file_after_the_record(monkeypatch, tmp_path):
+    arrays, record = _raw_record()
+    counts = _counting(monkeypatch)
+    path = tmp_path / "raw.blp"
+    path.write_bytes(record + b"after")
+    with open(path, "rb") as file:
+        assert _same(arrays, blpickle.load(file, nthreads=2))
+        assert file.read() == b"after"
+    assert counts["started"] == counts["finished"] and counts["_fill"] >= 1
+
+
+@pytest.mark.parametrize("part", ["padding", "size field", "payload", "checksum field"])
+def test_a_damaged_raw_chunk_in_a_run_names_its_buffer_and_leaves_nothing_running(part, monkeypatch, tmp_path):
+    _, record = _raw_record()
+    offsets, csizes, firsts = _chunks(record)
+    chunk = next(c for c in firsts[6:] if offsets[c] > offsets[c - 1] + 16 + csizes[c - 1])  # one with padding
+    buffer = firsts.index(chunk) - 1
+    at = {
+        "padding": offsets[chunk] - 1,
+        "size field": offsets[chunk],
+        "payload": offsets[chunk] + 8 + csizes[chunk] // 2,
+        "checksum field": offsets[chunk] + 8 + csizes[chunk],
+    }[part]
+    damaged = bytearray(record)
+    damaged[at] ^= 0x10
+    error, message = {
+        "padding": (CorruptError, f"the padding before chunk 0 of buffer {buffer} "),
+        "size field": (CorruptError, f"chunk 0 of buffer {buffer} at offset {offsets[chunk]} declares"),
+    }.get(part, (ChecksumError, f"chunk 0 of buffer {buffer} "))
+    counts = _counting(monkeypatch)
+    path = tmp_path / "damaged.blp"
+    path.write_bytes(damaged)
+    for load in (lambda: blpickle.loads(bytes(damaged)), lambda: blpickle.load(str(path), nthreads=2)):
+        with pytest.raises(error, match=message):
+            load()
+        assert counts["started"] == counts["finished"] > 0  # no job still running
 
 
 def test_buffers_the_pickle_does_not_take_are_settled(monkeypatch):

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import format as fmt
-from ..errors import ChecksumError, LimitError, LoadError
+from ..errors import ChecksumError, CorruptError, LimitError, LoadError
 from ..io.sources import PendingRead
 from .chunks import unpack_chunk
 
@@ -21,6 +21,8 @@ __all__ = [
     "SLAB_SIZE",
     "Ahead",
     "Job",
+    "RawChunk",
+    "RawRun",
     "Slabs",
     "allocate_stream",
     "byte_view",
@@ -43,13 +45,114 @@ class Job(NamedTuple):
 
 
 class Ahead(NamedTuple):
-    """A stream read ahead (`RecordReader._read_ahead`): its array, the jobs that fill it,
-    the error that stopped the reading in it, and its size."""
+    """A stream read ahead (`blpickle.engine.ahead.ReadAhead._read_ahead`): its array, the jobs that fill it,
+    the error that stopped the reading in it, and its size; or, for a raw stream read with
+    others, the `RawRun` that fills it and its place there."""
 
     out: Any
     jobs: list[Job]
     error: LoadError | None
     nbytes: int
+    run: RawRun | None = None
+    place: int = 0
+
+
+class RawChunk(NamedTuple):
+    """A raw chunk of a `RawRun`: where its payload goes (``out``, a uint8 array), the zero
+    padding before it, the seed of its checksum, its name and offset for errors, and its
+    entry in the record's chunk index."""
+
+    out: np.ndarray
+    padding: int
+    seed: int
+    what: str
+    offset: int
+    entry: int
+
+
+class RawRun:
+    """The raw chunks of consecutive streams, read ahead together: one positional read of
+    their bytes (each chunk's padding, size field, payload and checksum field) into their
+    arrays, then each chunk checked in order; in the pool, or by the thread that needs one
+    of them first.
+
+    Attributes:
+        stored: each chunk's stored checksum, once checked.
+    """
+
+    def __init__(self, pending: PendingRead, chunks: Sequence[RawChunk]) -> None:
+        self._pending: PendingRead | None = pending
+        self._chunks = chunks
+        self._errors: list[LoadError | None] = [None] * len(chunks)
+        self.stored = [0] * len(chunks)
+        self._future: Future[None] | None = None
+
+    def start(self, pool: Executor) -> None:
+        """Hand the reading to ``pool``."""
+        self._future = pool.submit(self._fill)
+
+    def check(self, place: int) -> tuple[int, int]:
+        """Wait for the chunks to be read and checked (or do it, if the pool has not started);
+        return the index entry and stored checksum of the chunk at ``place``.
+
+        Raises:
+            LoadError subclasses: the first damaged chunk's error, for it and every chunk
+                after it.
+        """
+        if self._future is None or self._future.cancel():
+            self._future = None
+            self._fill()
+        else:
+            self._future.result()
+        error = self._errors[place]
+        if error is not None:
+            raise error
+        return self._chunks[place].entry, self.stored[place]
+
+    def stop(self) -> None:
+        """Drop the reading if the pool has not started it, else wait for it (it writes into
+        arrays whose memory the caller may free)."""
+        if self._future is not None:
+            self._future.cancel()
+            wait([self._future])
+
+    def _fill(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:  # read already
+            return
+        parts, fields = [], []
+        for chunk in self._chunks:
+            padding, size, stored = bytearray(chunk.padding), bytearray(fmt.U64.size), bytearray(fmt.U64.size)
+            parts += [memoryview(padding), memoryview(size), chunk.out.data, memoryview(stored)]
+            fields.append((padding, size, stored))
+        place = 0
+        try:
+            pending.read_parts([part for part in parts if len(part)])
+            for place, (chunk, (padding, size, stored)) in enumerate(zip(self._chunks, fields, strict=True)):
+                self.stored[place] = _checked_raw(chunk, padding, size, stored)
+        except LoadError as exc:
+            self._errors[place:] = [exc] * (len(self._chunks) - place)
+
+
+def _checked_raw(chunk: RawChunk, padding: bytearray, size: bytearray, stored: bytearray) -> int:
+    """Return the stored checksum of a raw chunk read with its padding and fields.
+
+    Raises:
+        CorruptError: for padding that is not zero, or a size field that is not the header's.
+        ChecksumError: for a payload that does not match its checksum.
+    """
+    if any(padding):
+        raise CorruptError(f"the padding before {chunk.what} at offset {chunk.offset - len(padding)} is not zero")
+    declared = fmt.U64.unpack(size)[0]
+    if declared != chunk.out.nbytes:
+        raise CorruptError(
+            f"{chunk.what} at offset {chunk.offset} declares {declared} bytes, the header {chunk.out.nbytes}"
+        )
+    expected = fmt.U64.unpack(stored)[0]
+    computed = fmt.checksum(chunk.out, chunk.seed)
+    if computed != expected:
+        raise ChecksumError(chunk.what, chunk.offset, expected, computed)
+    return expected
 
 
 def submit(pending: list[Job], pool: Executor) -> list[Job]:

@@ -7,7 +7,6 @@ whatever the buffer sizes.
 
 from __future__ import annotations
 
-import functools
 import hmac
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +19,6 @@ from ..errors import (
     ChecksumError,
     CorruptError,
     LimitError,
-    LoadError,
     SignatureError,
     TruncatedError,
     UnsupportedVersionError,
@@ -28,20 +26,16 @@ from ..errors import (
 from ..format.trailer import check_footer, check_trailer_size, chunk_name, parse_index
 from ..io.sources import LATER_READ_SIZE, READ_SIZE, MemorySource, RecordingSource, Source
 from . import jobs
+from .ahead import ReadAhead
 from .chunk_hash import ChunkHash
 from .chunks import unpack_chunk
 from .jobs import allocate_stream, byte_view
 from .pool import map_ordered, shared_pool
 
-__all__ = ["AHEAD_SIZE", "RecordReader"]
-
-#: Streams after the one the unpickler asks for are read ahead while together they declare at
-#: most this many bytes (their arrays, allocated as they are read; their chunks, held as
-#: stored until checked and decompressed): a few chunks of the default size.
-AHEAD_SIZE = 16 << 20
+__all__ = ["RecordReader"]
 
 
-class RecordReader:
+class RecordReader(ReadAhead):
     """Reads one record sequentially: header, then streams in order, then the trailer.
 
     Args:
@@ -265,11 +259,9 @@ class RecordReader:
         """Yield the out-of-band buffers lazily, in order (splices are read by
         `blpickle.engine.pickle_file.PickleFile` where the pickle reaches them).
 
-        With more than one thread, the streams after the one asked for are read ahead, up to
-        `AHEAD_SIZE` bytes of them and never past a splice, and their chunks checked and
-        decompressed in the shared pool into their arrays, so that many small buffers load
-        in parallel as the chunks of one large buffer do (see `_read_ahead`). Call `settle`
-        when the unpickler stops early.
+        With more than one thread, the streams after the one asked for are read ahead
+        (`blpickle.engine.ahead`), and their chunks checked and decompressed in the shared
+        pool into their arrays. Call `settle` when the unpickler stops early.
         """
         pipelined = self._nthreads > 1 and self._key is None and self._authenticated is None
         pipelined = pipelined and self._compact_pickle is None and not self.header.uncompressed
@@ -281,85 +273,6 @@ class RecordReader:
             if pipelined:
                 self._read_ahead()
             yield self._take() if self._ahead else self.read_stream()
-
-    def settle(self) -> None:
-        """Stop the work on the streams read ahead: chunks not started are dropped, those
-        being checked or decompressed finish before it returns."""
-        for ahead in self._ahead:
-            jobs.stop(ahead.jobs)
-        self._ahead.clear()
-        self._ahead_bytes = 0
-
-    def _read_ahead(self) -> None:
-        """Read the chunks of the streams after those read so far, while together they declare
-        at most `AHEAD_SIZE` bytes and up to a splice: allocate each stream's array and hand
-        its chunks to the pool (but the consumer's next stream's single chunk, which `_take`
-        runs: no hand-off with nothing to run beside it). An error in a stream stops the
-        reading ahead; `_take` raises it when the consumer reaches that stream."""
-        streams, ahead = self.header.streams, self._ahead
-        while (number := self._next_stream + len(ahead)) < len(streams) and not (ahead and ahead[-1].error is not None):
-            info = streams[number]
-            if info.splice is not None or self._ahead_bytes + info.nbytes > AHEAD_SIZE:
-                return
-            pending: list[jobs.Job] = []
-            out: Any = None
-            error = None
-            try:
-                if info.raw:
-                    out = self._raw_ahead(info, number, pending)
-                else:
-                    out = self._slabs.place(info.nbytes, number)
-                    pending += (
-                        jobs.Job(jobs.unpack, ((*chunk, False),)) for chunk in self._read_chunks(info, number, out)
-                    )
-            except LoadError as exc:
-                error = exc
-            if ahead or len(pending) > 1:
-                pending = jobs.submit(pending, shared_pool(self._nthreads))
-            ahead.append(jobs.Ahead(out, pending, error, info.nbytes))
-            self._ahead_bytes += info.nbytes
-
-    def _raw_ahead(self, info: fmt.StreamInfo, number: int, pending: list[jobs.Job]) -> np.ndarray:
-        """Read a raw stream's chunk for `_read_ahead`: return its array, and add to ``pending``
-        the copy of its payload into the array (a positional read from a plain file, a copy
-        from memory) and its checksum; from any other file, and for the consumer's next
-        stream (its jobs run in the calling thread), its payload is read here."""
-        if not info.nbytes:
-            return np.empty(0, dtype=np.uint8)
-        source = self._source
-        what, offset = self._raw_prologue(info, number)
-        out = self._slabs.place(info.nbytes, number)
-        payload: Any = source.read_later(info.nbytes, what, least=0) if self._ahead else None
-        if payload is None and self._ahead and isinstance(source, MemorySource):
-            payload = source.read(info.nbytes, what)
-        elif payload is None:
-            source.readinto(out.data, what)
-        stored, seed = self._read_checksum(what, offset, info.nbytes)
-        pending.append(jobs.Job(jobs.fill_raw, (payload, out, stored, seed, what, offset)))
-        return out
-
-    @functools.cached_property
-    def _slabs(self) -> jobs.Slabs:
-        """Where the streams read ahead are placed."""
-        return jobs.Slabs(self.header.streams)
-
-    def _take(self) -> Any:
-        """Return the next stream read ahead once its chunks are checked and decompressed
-        (running those the pool has not started here). A stream whose reading failed raises
-        that error, as `read_stream` does before it reports a chunk read earlier; otherwise
-        the first error of its chunks.
-
-        Raises:
-            LoadError subclasses: for a damaged, truncated or inconsistent stream.
-        """
-        ahead = self._ahead.popleft()
-        self._ahead_bytes -= ahead.nbytes
-        self._next_stream += 1
-        if ahead.error is not None:
-            jobs.stop(ahead.jobs)
-            raise ahead.error
-        jobs.complete(ahead.jobs)
-        return ahead.out
 
     def finish(self) -> fmt.ChunkIndex:
         """Read and check the trailer (and the signature, with a key); every stream must have

@@ -245,12 +245,26 @@ class PendingRead:
         Raises:
             TruncatedError: when the file no longer holds them all.
         """
+        self.read_parts([dst])
+
+    def read_parts(self, parts: list[memoryview]) -> None:
+        """Fill ``parts`` (byte buffers of ``size`` bytes together) with the bytes, in order,
+        with one positional read where the file gives them all at once.
+
+        Raises:
+            TruncatedError: when the file no longer holds them all.
+        """
         done = 0
-        while done < self.size:
-            count = os.preadv(self._fileno, [dst[done:]], self._offset + done)
+        while parts:
+            count = os.preadv(self._fileno, parts, self._offset + done)
             if not count:
                 raise TruncatedError(self._what, self._pos, self.size, done)
             done += count
+            while parts and count >= len(parts[0]):  # drop the parts filled
+                count -= len(parts[0])
+                parts = parts[1:]
+            if count:
+                parts = [parts[0][count:], *parts[1:]]
 
 
 class RecordingSource(Source):
