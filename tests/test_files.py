@@ -449,6 +449,32 @@ def test_a_plain_pickle_loads_from_a_file_that_reads_a_little_at_a_time():
     assert file.read() == b"after"
 
 
+class _Reusing:
+    """A read-only file whose ``read`` returns a view of one buffer it reuses."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self._pos, self._buffer = data, 0, bytearray(1 << 16)
+
+    def read(self, size: int = -1) -> memoryview:
+        size = min(len(self._data) - self._pos if size < 0 else size, len(self._buffer))
+        piece = self._data[self._pos : self._pos + size]
+        self._pos += len(piece)
+        self._buffer[: len(piece)] = piece
+        return memoryview(self._buffer)[: len(piece)]
+
+    def readline(self, size: int = -1) -> bytes:  # pickle asks for it; protocol 5 does not use it
+        raise io.UnsupportedOperation("readline")
+
+
+def test_a_file_that_reuses_the_buffer_it_returns_loads():
+    obj = {"ramp": np.arange(200_000), "noise": np.random.default_rng(0).random(100_000), "n": list(range(1000))}
+    data = blpickle.dumps(obj) + pickle.dumps(obj, protocol=5)
+    file = _Reusing(data)
+    for _ in range(2):  # a record, then a plain pickle
+        loaded = blpickle.load(file)
+        assert pickle.dumps(loaded, protocol=5) == pickle.dumps(obj, protocol=5)
+
+
 class _Asking(_ReadOnlyRaw):
     """A read-only file that keeps the size of each read asked of it."""
 

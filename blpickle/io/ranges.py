@@ -200,9 +200,9 @@ def readinto_of(file: Any) -> Callable[[memoryview], int]:
 READ_PIECE = 8 << 20
 
 
-def read_some(file: Any, size: int) -> bytes | memoryview:
+def read_some(file: Any, size: int) -> bytes:
     """Return what one ``file.read(size)`` returns (empty at its end): as is when it is
-    bytes, else as a memoryview of its bytes.
+    bytes, else a copy of its bytes (the file may reuse the buffer it returned).
 
     Raises:
         LoadError: when ``read`` returns something other than bytes, or more than ``size``.
@@ -214,7 +214,7 @@ def read_some(file: Any, size: int) -> bytes | memoryview:
 _UNREAD: Any = object()
 
 
-def _checked_read(data: Any, size: int) -> bytes | memoryview:
+def _checked_read(data: Any, size: int) -> bytes:
     """Return ``data``, what a file's ``read(size)`` returned, as `read_some` does.
 
     Raises:
@@ -227,7 +227,7 @@ def _checked_read(data: Any, size: int) -> bytes | memoryview:
             view = memoryview(data)
             if view.format == "O":  # object pointers are not bytes of the file
                 raise TypeError
-            data = view.cast("B")
+            data = view.cast("B").tobytes()
         except (TypeError, ValueError, BufferError):
             raise LoadError(f"the file's read returned {type(data).__name__}, not bytes") from None
     if len(data) > size:
@@ -235,7 +235,7 @@ def _checked_read(data: Any, size: int) -> bytes | memoryview:
     return data
 
 
-def read_upto(file: Any, size: int, piece: int | None = None, first: Any = _UNREAD) -> bytes | memoryview | bytearray:
+def read_upto(file: Any, size: int, piece: int | None = None, first: Any = _UNREAD) -> bytes | bytearray:
     """Return ``size`` bytes read from ``file`` with `read_some` (fewer only at its end),
     asking for at most ``piece`` bytes at a time (None: all that is missing): as the file
     returns them when they come in one read, as they mostly do. ``first``: what the
@@ -245,7 +245,7 @@ def read_upto(file: Any, size: int, piece: int | None = None, first: Any = _UNRE
         LoadError: as `read_some` does.
     """
     asked = size if piece is None else min(size, piece)
-    data: bytes | memoryview | bytearray = read_some(file, asked) if first is _UNREAD else _checked_read(first, asked)
+    data: bytes | bytearray = read_some(file, asked) if first is _UNREAD else _checked_read(first, asked)
     if len(data) == size or not data:
         return data
     parts = bytearray(data)
