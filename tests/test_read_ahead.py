@@ -17,7 +17,7 @@ from blpickle.engine.jobs import SHARED_LIMIT, SLAB_SIZE
 from blpickle.engine.reader import RecordReader
 from blpickle.errors import ChecksumError, CorruptError, TruncatedError
 from blpickle.format import ALIGNMENT
-from blpickle.io.sources import MemorySource
+from blpickle.io.sources import MemorySource, PendingRead
 
 
 def _arrays() -> dict[str, object]:
@@ -219,3 +219,19 @@ def test_arrays_read_ahead_share_allocations_of_up_to_a_slab_and_stay_independen
         assert all(np.array_equal(a, b) for a, b in zip(arrays[number + 1 :], loaded[number + 1 :], strict=True))
     one = blpickle.loads(blpickle.dumps([arrays[0]]), nthreads=2)[0]  # under SHARED_LIMIT in all
     assert _allocation(one).nbytes - one.nbytes in range(ALIGNMENT + 1)
+
+
+def test_a_failed_read_of_raw_arrays_in_flight_raises_it(monkeypatch, tmp_path):
+    """An I/O error of the device is raised as it is, with nothing left running."""
+    _, record = _raw_record()
+    path = tmp_path / "raw.blp"
+    path.write_bytes(record)
+
+    def failing(self, parts):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(PendingRead, "read_parts", failing)
+    counts = _counting(monkeypatch)
+    with pytest.raises(OSError, match="Input/output error"):
+        blpickle.load(str(path), nthreads=2)
+    assert counts["started"] == counts["finished"]

@@ -45,9 +45,9 @@ class Job(NamedTuple):
 
 
 class Ahead(NamedTuple):
-    """A stream read ahead (`blpickle.engine.ahead.ReadAhead._read_ahead`): its array, the jobs that fill it,
-    the error that stopped the reading in it, and its size; or, for a raw stream read with
-    others, the `RawRun` that fills it and its place there."""
+    """A stream read ahead (`blpickle.engine.ahead.ReadAhead._read_ahead`): its array, the
+    jobs that fill it, the error that stopped the reading in it, and its size; or, for a raw
+    stream read with others, the `RawRun` that fills it and its place there."""
 
     out: Any
     jobs: list[Job]
@@ -75,16 +75,13 @@ class RawRun:
     their bytes (each chunk's padding, size field, payload and checksum field) into their
     arrays, then each chunk checked in order; in the pool, or by the thread that needs one
     of them first.
-
-    Attributes:
-        stored: each chunk's stored checksum, once checked.
     """
 
     def __init__(self, pending: PendingRead, chunks: Sequence[RawChunk]) -> None:
         self._pending: PendingRead | None = pending
         self._chunks = chunks
-        self._errors: list[LoadError | None] = [None] * len(chunks)
-        self.stored = [0] * len(chunks)
+        self._errors: list[Exception | None] = [None] * len(chunks)
+        self._stored = [0] * len(chunks)  # each chunk's stored checksum, once checked
         self._future: Future[None] | None = None
 
     def start(self, pool: Executor) -> None:
@@ -96,8 +93,8 @@ class RawRun:
         return the index entry and stored checksum of the chunk at ``place``.
 
         Raises:
-            LoadError subclasses: the first damaged chunk's error, for it and every chunk
-                after it.
+            LoadError subclasses: the first damaged chunk's error (or the read's), for it and
+                every chunk after it.
         """
         if self._future is None or self._future.cancel():
             self._future = None
@@ -107,7 +104,7 @@ class RawRun:
         error = self._errors[place]
         if error is not None:
             raise error
-        return self._chunks[place].entry, self.stored[place]
+        return self._chunks[place].entry, self._stored[place]
 
     def stop(self) -> None:
         """Drop the reading if the pool has not started it, else wait for it (it writes into
@@ -127,10 +124,10 @@ class RawRun:
             fields.append((padding, size, stored))
         place = 0
         try:
-            pending.read_parts([part for part in parts if len(part)])
+            pending.read_parts(parts)
             for place, (chunk, (padding, size, stored)) in enumerate(zip(self._chunks, fields, strict=True)):
-                self.stored[place] = _checked_raw(chunk, padding, size, stored)
-        except LoadError as exc:
+                self._stored[place] = _checked_raw(chunk, padding, size, stored)
+        except Exception as exc:  # kept for each chunk from the first it concerns, raised by `check`
             self._errors[place:] = [exc] * (len(self._chunks) - place)
 
 

@@ -255,6 +255,7 @@ class PendingRead:
             TruncatedError: when the file no longer holds them all.
         """
         done = 0
+        parts = [part for part in parts if len(part)]
         while parts:
             count = os.preadv(self._fileno, parts, self._offset + done)
             if not count:
