@@ -26,6 +26,7 @@ __all__ = [
     "Slabs",
     "allocate_stream",
     "byte_view",
+    "check_raw_fields",
     "complete",
     "decompressed",
     "fill_raw",
@@ -135,21 +136,27 @@ def _checked_raw(chunk: RawChunk, padding: bytearray, size: bytearray, stored: b
     """Return the stored checksum of a raw chunk read with its padding and fields.
 
     Raises:
-        CorruptError: for padding that is not zero, or a size field that is not the header's.
+        CorruptError: as `check_raw_fields`.
         ChecksumError: for a payload that does not match its checksum.
     """
-    if any(padding):
-        raise CorruptError(f"the padding before {chunk.what} at offset {chunk.offset - len(padding)} is not zero")
-    declared = fmt.U64.unpack(size)[0]
-    if declared != chunk.out.nbytes:
-        raise CorruptError(
-            f"{chunk.what} at offset {chunk.offset} declares {declared} bytes, the header {chunk.out.nbytes}"
-        )
-    expected = fmt.U64.unpack(stored)[0]
-    computed = fmt.checksum(chunk.out, chunk.seed)
-    if computed != expected:
-        raise ChecksumError(chunk.what, chunk.offset, expected, computed)
+    check_raw_fields(padding, size, chunk.out.nbytes, chunk.what, chunk.offset)
+    expected: int = fmt.U64.unpack(stored)[0]
+    fill_raw(None, chunk.out, expected, chunk.seed, chunk.what, chunk.offset)
     return expected
+
+
+def check_raw_fields(padding: Any, size: Any, nbytes: int, what: str, offset: int) -> None:
+    """Check the fields before a raw chunk's payload of ``nbytes``: the zero ``padding``, then
+    the ``size`` field, which is at ``offset``.
+
+    Raises:
+        CorruptError: for padding that is not zero, or a size that is not the header's.
+    """
+    if any(padding):
+        raise CorruptError(f"the padding before {what} at offset {offset - len(padding)} is not zero")
+    declared = fmt.U64.unpack(size)[0]
+    if declared != nbytes:
+        raise CorruptError(f"{what} at offset {offset} declares {declared} bytes, the header {nbytes}")
 
 
 def submit(pending: list[Job], pool: Executor) -> list[Job]:

@@ -438,12 +438,9 @@ class RecordReader(ReadAhead):
         source = self._source
         what = chunk_name(number, 0)
         padding = source.read(fmt.raw_padding(source.pos), f"the padding before {what}")
-        if any(padding):
-            raise CorruptError(f"the padding before {what} at offset {source.pos - len(padding)} is not zero")
         offset = source.pos
-        size = fmt.U64.unpack(source.read(fmt.U64.size, f"the size of {what}"))[0]
-        if size != info.nbytes:
-            raise CorruptError(f"{what} at offset {offset} declares {size} bytes, the header {info.nbytes}")
+        jobs.check_raw_fields(padding, source.read(fmt.U64.size, f"the size of {what}"), info.nbytes, what, offset)
+        size = info.nbytes
         end = source.size(source.pos + size)
         if end is not None and size > end - source.pos:
             raise TruncatedError(what, source.pos, size, end - source.pos)
