@@ -32,7 +32,7 @@ from .errors import (
 )
 from .format.scan import scan_globals
 from .io.files import open_input
-from .io.ranges import has_readinto, read_upto, readinto_of
+from .io.ranges import has_readinto, read_upto, readinto_of, readinto_whole
 from .io.sources import FileSource, MemorySource, Source, map_file
 from .options import Options, available_threads, check_key
 from .restricted import Policy, RestrictedUnpickler
@@ -286,14 +286,7 @@ def _read_after(file: BinaryIO, head: bytes, size: int) -> memoryview:
     record = bytearray(len(head) + size)
     record[: len(head)] = head
     view = memoryview(record)
-    pos = len(head)
-    readinto = readinto_of(file)
-    while pos < len(record):
-        count = readinto(view[pos:])
-        if not count:
-            break
-        pos += count
-    return view[:pos]
+    return view[: len(head) + readinto_whole(readinto_of(file), view[len(head) :])]
 
 
 def _read_upto(file: BinaryIO, size: int) -> bytes:
@@ -333,12 +326,7 @@ class _Prefixed:
         done = min(len(self._prefix), len(view))
         view[:done] = self._prefix[:done]
         self._prefix = self._prefix[done:]
-        while done < len(view):
-            count = self._readinto(view[done:])
-            if not count:
-                break
-            done += count
-        return done
+        return done + readinto_whole(self._readinto, view[done:])
 
     def peek(self, size: int = 0) -> bytes:
         """Return bytes to come without reading them, for the unpickler to read ahead (without

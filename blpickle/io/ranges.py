@@ -30,6 +30,7 @@ __all__ = [
     "read_some",
     "read_upto",
     "readinto_of",
+    "readinto_whole",
 ]
 
 
@@ -194,6 +195,18 @@ def readinto_of(file: Any) -> Callable[[memoryview], int]:
     if has_readinto(file):
         return functools.partial(_checked_readinto, file.readinto)
     return functools.partial(_read_into, file)
+
+
+def readinto_whole(readinto: Callable[[memoryview], int], view: memoryview) -> int:
+    """Fill ``view`` (bytes) with calls of ``readinto`` (from `readinto_of`) until it is full
+    or the file ends; return the bytes filled."""
+    done = 0
+    while done < len(view):
+        count = readinto(view[done:])
+        if not count:
+            break
+        done += count
+    return done
 
 
 #: Files without a ``readinto`` of their own are read in pieces of at most this size.

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import format as fmt
 from ..errors import TruncatedError
-from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno, read_upto, readinto_of
+from .ranges import FileRanges, MemoryRanges, Ranges, plain_fileno, read_upto, readinto_of, readinto_whole
 
 __all__ = [
     "FileSource",
@@ -175,13 +175,10 @@ class FileSource(Source):
 
     def readinto(self, dst: memoryview, what: str) -> None:
         dst = dst.cast("B")
-        done = 0
-        while done < len(dst):
-            count = self._readinto(dst[done:])
-            if not count:
-                raise TruncatedError(what, self.pos, len(dst), done)
-            done += count
-            self.pos += count
+        done = readinto_whole(self._readinto, dst)
+        self.pos += done
+        if done < len(dst):
+            raise TruncatedError(what, self.pos, len(dst), done)
 
     def size(self, least: int = 0) -> int | None:
         if self._fileno is None:
