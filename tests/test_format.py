@@ -2,6 +2,7 @@
 
 import io
 import pickle
+import re
 from unittest import mock
 
 import msgpack
@@ -282,6 +283,37 @@ def test_a_header_decodes_the_same_in_one_call_and_piece_by_piece(
     for variant in (data, data[: len(data) - cut] + b"\xc0" * cut):
         one_call, piecewise = _both_ways(fmt.Header.decode, "_small_header", variant)
         assert one_call == piecewise
+
+
+def _many_streams(at, encoded):
+    """A header of 400 streams (over `SMALL_DOCUMENT_SIZE`: read in runs) whose stream ``at``
+    is encoded as ``encoded``."""
+    stream = {**_STREAM, "itemsize": 8, "dtype": "float64", "shape": [125], "codec": "lz4", "order": "C"}
+    maps = [msgpack.packb({**stream, "name": f"[{i}]"}) for i in range(400)]
+    maps[at] = encoded
+    fields = {key: msgpack.packb(value) for key, value in _doc(streams=[]).items() if key != "streams"}
+    fields["streams"] = b"\xdc" + len(maps).to_bytes(2, "big") + b"".join(maps)
+    return bytes([0x80 | len(fields)]) + b"".join(msgpack.packb(key) + value for key, value in fields.items())
+
+
+@given(
+    at=st.integers(1, 399),
+    changes=st.dictionaries(st.sampled_from(_STREAM_KEYS), _VALUES, max_size=2),
+    garbage=st.sampled_from([None, b"\xc1", b"\xc0", b"\x91\xc1", b"\xdc\xff\xff"]),
+)
+@example(at=200, changes={"later": _DEEP}, garbage=None)
+@example(at=200, changes={"dtype": _DEEP}, garbage=None)
+@example(at=399, changes={}, garbage=b"\xdc\xff\xff")
+def test_a_header_of_many_streams_decodes_the_same_in_runs_and_a_map_at_a_time(at, changes, garbage):
+    stream = {**_STREAM, "itemsize": 8, "dtype": "float64", "shape": [125], "codec": "lz4", "order": "C"}
+    data = _many_streams(at, garbage if garbage is not None else msgpack.packb({**stream, **changes}))
+    assert len(data) > fmt.SMALL_DOCUMENT_SIZE
+    with mock.patch.object(fmt.header, "small_values", return_value=None):
+        one_at_a_time = _outcome(fmt.Header.decode, data)
+    assert _outcome(fmt.Header.decode, data) == one_at_a_time
+    if garbage is not None:
+        assert one_at_a_time[0] is blpickle.CorruptError
+        assert re.search(rf"header stream {at}\b", one_at_a_time[1])
 
 
 @given(

@@ -35,16 +35,20 @@ class Parsing:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> None:
         if isinstance(exc, Exception) and not isinstance(exc, LoadError):
-            raise CorruptError(f"{self._where} is not valid msgpack within the limits: {exc}") from None
+            raise _not_msgpack(self._where, exc) from None
+
+
+def _not_msgpack(where: str, exc: Exception) -> CorruptError:
+    return CorruptError(f"{where} is not valid msgpack within the limits: {exc}")
 
 
 class Reader:
     """Reads a msgpack document piece by piece: its outer map and the ``streams`` array are
-    walked (each stream map is decoded and validated on its own), and each value is
-    materialised only within limits on its maps, arrays and items, so that no count it
-    declares allocates more than the bytes that hold it, a few times over."""
+    walked (the stream maps are decoded and validated a run at a time: `runs`), and each
+    value is materialised only within limits on its maps, arrays and items, so that no count
+    it declares allocates more than the bytes that hold it, a few times over."""
 
-    def __init__(self, data: bytes, what: str) -> None:
+    def __init__(self, data: bytes | memoryview, what: str) -> None:
         self._view = memoryview(data)
         self._what = what
         self.unpacker = msgpack.Unpacker(io.BytesIO(data), max_buffer_size=max(len(data), 1))
@@ -110,6 +114,33 @@ class Reader:
             self.unpacker.skip()
             return unpackb(self._view[start : self.unpacker.tell()], items, object_hook=count, list_hook=count)
 
+    def runs(self, count: int, where: str) -> Iterator[tuple[int, memoryview, int]]:
+        """Pass over the next ``count`` values (msgpack's parser allocates nothing), yielding
+        them in runs of consecutive values: ``(index of the first, their bytes, how many)``,
+        each run at most `SMALL_DOCUMENT_SIZE` bytes long unless it is one larger value. The
+        values before one that is not msgpack are yielded before its error is raised.
+
+        Raises:
+            CorruptError: naming the value (``where`` formatted with its index) that is not
+                msgpack within the limits.
+        """
+        view, unpacker = self._view, self.unpacker
+        start = end = unpacker.tell()
+        index = 0
+        for number in range(count):
+            try:
+                unpacker.skip()
+            except Exception as exc:  # as `Parsing` reports it, after the values before it
+                if number > index:
+                    yield index, view[start:end], number - index
+                raise _not_msgpack(where.format(number), exc) from None
+            if unpacker.tell() - start > SMALL_DOCUMENT_SIZE and number > index:
+                yield index, view[start:end], number - index
+                index, start = number, end
+            end = unpacker.tell()
+        if count > index:
+            yield index, view[start:end], count - index
+
     def skip(self, where: str) -> None:
         """Pass over the next value without decoding it (msgpack's parser allocates nothing)."""
         with Parsing(where):
@@ -160,6 +191,31 @@ def small_document(data: bytes, limit: int) -> dict[str, Any] | None:
     if type(doc) is not dict or len(doc) != declared or len(doc) > limit or any(type(key) is not str for key in doc):
         return None
     return doc
+
+
+def small_values(data: Any, count: int) -> tuple[Any, ...] | None:
+    """Return the ``count`` values of a run of at most `SMALL_DOCUMENT_SIZE` bytes
+    (`Reader.runs`), decoded in one call as `small_document` decodes (within its bound on
+    memory), when they are msgpack within its limits; else None (`Reader` reads them one by
+    one, or says what is wrong with them)."""
+    if len(data) > SMALL_DOCUMENT_SIZE:
+        return None
+    unpacker = msgpack.Unpacker(
+        None,
+        raw=False,
+        strict_map_key=True,
+        use_list=False,
+        max_array_len=MAX_ITEMS,
+        max_map_len=MAX_ITEMS,
+        max_ext_len=0,
+        max_buffer_size=max(len(data), 1),
+    )
+    unpacker.feed(data)
+    try:
+        values = tuple(unpacker)
+    except Exception:  # as in `small_document`
+        return None
+    return values if len(values) == count else None
 
 
 def integers(block: tuple[Any, ...], after: int | None) -> bool:

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from ..errors import CorruptError, LimitError, LoadError
-from .documents import Parsing, Reader, get, integers, small_document
+from .documents import Parsing, Reader, get, integers, small_document, small_values
 from .preamble import MAX_CHUNK_SIZE, MAX_CONTAINERS, MAX_HEADER_KEYS, MAX_ITEMS, MAX_NDIM, MAX_STREAM_SIZE, MAX_STREAMS
 
 
@@ -158,6 +158,32 @@ def _check_names(streams: tuple[StreamInfo, ...]) -> None:
 
 
 def _decode_stream(doc: Any, index: int) -> StreamInfo:
+    """Return the stream map ``doc`` (stream ``index``) as a `StreamInfo`.
+
+    Raises:
+        CorruptError, LimitError: saying which field is wrong.
+    """
+    if type(doc) is dict:  # as blpickle writes it: checked in one expression
+        field = doc.get
+        stream = StreamInfo._make(map(field, StreamInfo._fields))
+        nbytes, chunk_size, itemsize, raw, _, shape, splice, _, order, _, _ = stream
+        if (
+            type(nbytes) is int
+            and type(chunk_size) is int
+            and type(itemsize) is int
+            and type(raw) is bool
+            and 0 <= nbytes <= MAX_STREAM_SIZE
+            and 1 <= chunk_size <= (MAX_STREAM_SIZE if raw else MAX_CHUNK_SIZE)
+            and 1 <= itemsize <= 255
+            and type(stream.dtype) in _TEXT
+            and type(stream.codec) in _TEXT
+            and type(stream.name) in _TEXT
+            and type(stream.tensor) in _TEXT
+            and order in (None, "C", "F")
+            and (splice is None or (type(splice) is int and splice >= 0))
+            and (shape is None or (type(shape) is tuple and all(map(_is_size, shape))))
+        ):
+            return stream
     where = f"header stream {index}"
     if not isinstance(doc, dict):
         raise CorruptError(f"{where}: expected a map, found {type(doc).__name__}")
@@ -213,16 +239,36 @@ def compact_header(pickle: Any) -> Header:
 
 
 def _read_streams(reader: Reader) -> tuple[StreamInfo, ...]:
-    """Read the header's ``streams`` array a stream map at a time: the tuple grows only
-    with the maps that are there, whatever count the array declares."""
+    """Read the header's ``streams`` array a run of stream maps at a time (`Reader.runs`):
+    the tuple grows only with the maps that are there, whatever count the array declares.
+    A run of maps as blpickle writes them is decoded in one call; any other is read a map at
+    a time, within `Reader`'s limits, which says what is wrong with it."""
     with Parsing("header field 'streams'"):
         count = reader.unpacker.read_array_header()
     if not 1 <= count <= MAX_STREAMS:
         raise LimitError(f"header: {count} streams, expected 1 to {MAX_STREAMS}")
-    return tuple(
-        _decode_stream(reader.value(f"header stream {i}", containers=MAX_CONTAINERS, items=MAX_ITEMS), i)
-        for i in range(count)
-    )
+    streams: list[StreamInfo] = []
+    for first, data, number in reader.runs(count, "header stream {}"):
+        run = _known_streams(small_values(data, number), first)
+        if run is None:
+            maps = Reader(data, "header")
+            run = tuple(
+                _decode_stream(maps.value(f"header stream {i}", containers=MAX_CONTAINERS, items=MAX_ITEMS), i)
+                for i in range(first, first + number)
+            )
+        streams += run
+    return tuple(streams)
+
+
+def _known_streams(maps: tuple[Any, ...] | None, first: int) -> tuple[StreamInfo, ...] | None:
+    """Return the stream maps ``maps`` (the first one stream ``first``) as `StreamInfo`, when
+    each is a map of known keys only and valid; else None."""
+    if maps is None or any(type(stream) is not dict or not stream.keys() <= _STREAM_KEYS for stream in maps):
+        return None
+    try:
+        return tuple(_decode_stream(stream, number) for number, stream in enumerate(maps, first))
+    except LoadError:
+        return None
 
 
 def _small_header(data: bytes) -> dict[str, Any] | None:
@@ -241,16 +287,12 @@ def _small_header(data: bytes) -> dict[str, Any] | None:
         or any(type(value) not in _SCALARS for value in options.values())
         or type(streams) is not tuple
         or not streams
-        or any(type(stream) is not dict or not stream.keys() <= _STREAM_KEYS for stream in streams)
         or type(external) is not tuple
         or (external and not integers(external, -1))
     ):
         return None
-    try:
-        doc["streams"] = tuple(_decode_stream(stream, i) for i, stream in enumerate(streams))
-    except LoadError:
-        return None
-    return doc
+    doc["streams"] = _known_streams(streams, 0)
+    return None if doc["streams"] is None else doc
 
 
 def _header_fields(data: bytes) -> dict[str, Any]:
@@ -273,6 +315,13 @@ def _header_fields(data: bytes) -> dict[str, Any]:
             reader.skip("header")
     reader.end()
     return doc
+
+
+_TEXT = frozenset({type(None), str})
+
+
+def _is_size(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_STREAM_SIZE
 
 
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
