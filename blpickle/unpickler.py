@@ -358,17 +358,24 @@ def _first_bytes(file: BinaryIO) -> tuple[bytes, bool]:
     and whether they were read. A file that cannot seek but can ``peek`` (a pipe's reader)
     shows them without their being read where its buffer holds enough of them to tell a
     record from pickle data: a pickle shorter than the magic is then not cut from what
-    follows it, and the unpickler reads ahead through that buffer."""
+    follows it, and the unpickler reads ahead through that buffer. From a file that can do
+    neither, only the first byte is read where it starts pickle data (an opcode, which the
+    magic's first byte is not), for the same reason."""
     size = len(fmt.MAGIC)
+    if _can_seek(file):
+        return _read_upto(file, size), True
     peek = getattr(file, "peek", None)
-    if peek is not None and not _can_seek(file):
+    if peek is not None:
         try:
             shown = bytes(peek(size)[:size])
         except (OSError, ValueError, TypeError, NotImplementedError):
             shown = b""
         if len(shown) == size or (shown and not fmt.MAGIC.startswith(shown)):
             return shown, False
-    return _read_upto(file, size), True
+    first = _read_upto(file, 1)
+    if first in fmt.PICKLE_OPCODES:
+        return first, True
+    return first + _read_upto(file, size - 1), True
 
 
 def _can_seek(file: BinaryIO) -> bool:

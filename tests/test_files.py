@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import blpickle
+from blpickle import format as fmt
 from blpickle.io.files import open_input
 from blpickle.io.ranges import READ_PIECE
 
@@ -494,6 +495,29 @@ def test_a_large_payload_of_a_plain_pickle_is_read_in_pieces_into_its_object():
     file = _Asking(pickle.dumps(obj, protocol=5) + b"after")
     assert blpickle.load(file) == obj
     assert max(file.asked) <= READ_PIECE and file.read() == b"after"
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 5])
+def test_short_plain_pickles_load_one_after_the_other_from_a_file_that_can_neither_seek_nor_peek(protocol):
+    """Pickles shorter than a record's magic: no byte of the next one is read with them."""
+    objects = [None, 1, True, "", (), b"", 0.5, [1, 2]]
+    data = b"".join(pickle.dumps(obj, protocol=protocol) for obj in objects) + b"after"
+    assert min(len(pickle.dumps(obj, protocol=protocol)) for obj in objects) < len(fmt.MAGIC)
+    read, write = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write, data) and None, os.close(write)))
+    with open(read, "rb", buffering=0) as file:  # a raw pipe: no seek, no peek
+        writer.start()
+        assert [blpickle.load(file) for _ in objects] == objects
+        assert file.read() == b"after"
+    writer.join()
+    file = _ReadOnlyRaw(data, seekable=False, most=3)
+    assert [blpickle.load(file) for _ in objects] == objects and file.read() == b"after"
+
+
+def test_a_damaged_magic_is_reported_from_a_file_that_can_neither_seek_nor_peek():
+    damaged = b"\x00" + blpickle.dumps({"a": 1})[1:]
+    with pytest.raises(blpickle.BadMagicError):
+        blpickle.load(_ReadOnlyRaw(damaged, seekable=False))
 
 
 @pytest.mark.parametrize("protocol", [0, 2, 4, 5])

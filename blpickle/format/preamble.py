@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import pickletools
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +16,8 @@ import xxhash
 from ..errors import BadMagicError, LimitError, UnsupportedVersionError
 
 MAGIC = b"\xb1BLPK\r\n\x1a"
+#: The bytes pickle data starts with, one of its opcodes (the magic's first byte is none).
+PICKLE_OPCODES = frozenset(op.code.encode("latin-1") for op in pickletools.opcodes)
 END_MAGIC = b"\x1a\n\rKPLB\xb1"
 VERSION_MAJOR = 1
 VERSION_MINOR = 4
