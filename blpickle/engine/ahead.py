@@ -172,8 +172,9 @@ class ReadAhead:
         if ahead.error is not None:
             jobs.stop(ahead.jobs)
             raise ahead.error
-        if ahead.run is not None:
+        if ahead.run is not None:  # a raw stream read with others: no jobs of its own
             entry, stored = ahead.run.check(ahead.place)
             self.index.checksums[entry] = stored
-        jobs.complete(ahead.jobs)
+        else:
+            jobs.complete(ahead.jobs)
         return ahead.out

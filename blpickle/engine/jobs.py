@@ -5,6 +5,8 @@ shared pool or, when the pool has not started it, by the thread that needs it
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, wait
 from typing import Any, NamedTuple
@@ -252,6 +254,13 @@ class Slabs:
         self._slab: np.ndarray | None = None
         self._used = 0
 
+    @functools.cached_property
+    def _shared_after(self) -> list[int]:
+        """For each stream number, the bytes that it and the streams after it under
+        `SHARED_LIMIT` take in slabs."""
+        sizes = [_aligned(s.nbytes) if s.nbytes < SHARED_LIMIT else 0 for s in reversed(self._streams)]
+        return [*itertools.accumulate(sizes)][::-1]
+
     def place(self, nbytes: int, number: int) -> np.ndarray:
         """Return a new writable uint8 array of ``nbytes`` for stream ``number``: a part of
         the current slab (a new one when it is full: `SLAB_SIZE` bytes, or what the rest of
@@ -264,7 +273,7 @@ class Slabs:
         if nbytes >= SHARED_LIMIT:
             return allocate_stream(nbytes, number)
         if self._slab is None or self._used + nbytes > len(self._slab):
-            rest = sum(_aligned(s.nbytes) for s in self._streams[number:] if s.nbytes < SHARED_LIMIT)
+            rest = self._shared_after[number]
             if rest < SHARED_LIMIT:
                 return allocate_stream(nbytes, number)
             self._slab, self._used = allocate_stream(min(rest, SLAB_SIZE), number), 0
