@@ -4,10 +4,11 @@ side by side in one run (issue 29).
 Objects: one noisy float64 array of 80 KB, 800 KB and 8 MB; 500 arrays of 200 KB and one of
 100 MB (the same bytes); a dict of 50 arrays of 2 MB of mixed dtypes; a 1M-row DataFrame
 (int, float, datetime, categorical, string and nullable columns); a CSR matrix of 5M nonzeros;
-an xarray Dataset of 3 x 20 MB float32; 20,000 small arrays; a 200k-entry dict; a fitted
-100-tree random forest and a small dict of arrays dumped to and loaded from a path.
+an xarray Dataset of 3 x 20 MB float32; the fp32 state dict of a 6-layer torch transformer
+encoder (76 MB); 20,000 small arrays; a 200k-entry dict; a fitted 100-tree random forest and
+a small dict of arrays dumped to and loaded from a path.
 Peers: ``pickle`` protocol 5, joblib (zlib 3, lz4, and blpickle's ``"blosc"``), ``np.save``
-for one array and ``np.savez`` for a dict or list of arrays. Dumps go to and loads come from
+for one array and ``np.savez`` for a dict or list of arrays, ``torch.save`` for the state dict. Dumps go to and loads come from
 files already open (in the page cache, no fsync on either side), except the path cases,
 where blpickle and joblib open the path themselves and pickle runs both ways: to an open
 file and open + dump + close. Every sample loops over calls long enough to be measured;
@@ -17,7 +18,7 @@ evicted from the page cache first (`timing.CacheDropper`), where the OS allows i
 Figures: the best sample and the median one.
 
 Run on its own: ``python -m bench --section real [--quick]``. Objects whose library is
-missing (pandas, scipy, xarray, scikit-learn) are skipped.
+missing (pandas, scipy, xarray, scikit-learn, torch) are skipped.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from .goals import REAL_PATH_REFERENCE as PATH_REFERENCE
 from .goals import REAL_REFERENCE as REFERENCE
 from .goals import real_relative as relative
 from .report import text_table
+from .tensors import transformer
 from .timing import CacheDropper, fsync, spread, timed
 
 #: Rounds, seconds a sample lasts at least, and seconds after which a contender stops repeating.
@@ -126,6 +128,12 @@ def make_dataset(nbytes: int = 20_000_000) -> Any:
     return xr.Dataset({name: (dims, field(s)) for name, s in (("t2m", 10), ("u10", 3), ("v10", 3))}, coords=coords)
 
 
+def make_state_dict(layers: int = 6) -> Any:
+    """The fp32 state dict (torch tensors by name) of issue 30's seeded transformer encoder
+    of ``layers`` layers."""
+    return transformer(layers).state_dict()
+
+
 def _or_none(make: Callable[[], Any]) -> Callable[[], Any]:
     """``make`` returning None when its library is missing."""
 
@@ -154,6 +162,7 @@ def cases(scale: float = 1.0) -> list[Case]:
         Case("DataFrame, 1M rows", _or_none(functools.partial(make_frame, n(1_000_000)))),
         Case("CSR matrix, 5M nonzeros", _or_none(functools.partial(make_csr, n(5_000_000)))),
         Case("xarray Dataset, 3 x 20 MB", _or_none(functools.partial(make_dataset, n(20_000_000)))),
+        Case("torch state dict, fp32, 76 MB", _or_none(functools.partial(make_state_dict, n(6)))),
         Case("20,000 small arrays", lambda: [np.full(100, i, dtype=np.float64) for i in range(n(20_000))]),
         Case("200k-entry dict", functools.partial(make_objects, n(200_000))),
         Case("forest (100 trees) via a path", functools.partial(make_forest, n(100)), path=True),
@@ -200,6 +209,17 @@ class Contender:
     path: bool = False
 
 
+def _is_tensors(obj: Any) -> bool:
+    """Whether ``obj`` is a dict of torch tensors (a state dict), without importing torch."""
+    return isinstance(obj, dict) and bool(obj) and all(type(v).__module__.startswith("torch") for v in obj.values())
+
+
+def _torch_load(file: IO[bytes]) -> Any:
+    import torch
+
+    return torch.load(file)
+
+
 def _is_arrays(obj: Any) -> bool:
     values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else ()
     return bool(values) and all(type(v) is np.ndarray for v in values)
@@ -207,7 +227,8 @@ def _is_arrays(obj: Any) -> bool:
 
 def contenders(case: Case, obj: Any) -> list[Contender]:
     """The contenders that apply to ``obj``: blpickle first, then pickle (to an open file,
-    and through a path in path cases), joblib's compressors, np.save or np.savez."""
+    and through a path in path cases), joblib's compressors, torch.save for a state dict,
+    np.save or np.savez."""
     path = case.path
     table = [Contender(OURS, blpickle.dump, blpickle.load, path), Contender(REFERENCE, _pickle_dump, pickle.load)]
     if path:
@@ -219,6 +240,10 @@ def contenders(case: Case, obj: Any) -> list[Contender]:
         Contender(f"joblib {label}", functools.partial(joblib.dump, compress=compress), joblib.load, path)
         for label, compress in compressors
     ]
+    if _is_tensors(obj):
+        import torch
+
+        table.append(Contender("torch.save", torch.save, _torch_load))
     if type(obj) is np.ndarray:
         table.append(Contender("np.save", _save, np.load))
     elif _is_arrays(obj) and not path:
@@ -245,6 +270,10 @@ def same(expected: Any, actual: Any) -> bool:
             and expected.shape == actual.shape
             and (expected != actual).nnz == 0
         )
+    if type(expected).__module__.startswith("torch"):  # a tensor
+        import torch
+
+        return type(actual) is type(expected) and expected.dtype == actual.dtype and torch.equal(expected, actual)
     if isinstance(expected, np.ndarray) or hasattr(expected, "predict_proba"):
         return same_array_or_model(expected, actual)
     return bool(expected == actual)

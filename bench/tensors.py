@@ -32,13 +32,14 @@ ROUNDS, QUICK_ROUNDS = 7, 3
 NAME = "layers.0.linear1.weight"
 
 
-def transformer() -> Any:
-    """The seeded encoder of issue 30 (its initial weights)."""
+def transformer(layers: int = 6) -> Any:
+    """The seeded encoder of issue 30 (its initial weights), of ``layers`` layers (12.6 MB of
+    fp32 weights each)."""
     import torch
 
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, batch_first=True)
-    return torch.nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False)
+    return torch.nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False)
 
 
 def workloads() -> dict[str, Any]:

@@ -6,6 +6,7 @@ here asserts a timing: only that every row is measured and every goal finds its 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 from pathlib import Path
@@ -159,9 +160,13 @@ def test_real_objects_measure_every_contender_and_feed_every_goal(tmp_path) -> N
     for library in ("pandas", "scipy", "xarray", "sklearn"):
         pytest.importorskip(library)
     rows = real_objects.run(quick=True, directory=str(tmp_path), scale=0.001)
-    assert {row["case"] for row in rows} == {case.name for case in real_objects.cases()}
+    torch = importlib.util.find_spec("torch") is not None  # an optional extra: its case is skipped without it
+    state_dict = next(case.name for case in real_objects.cases() if "torch" in case.name)
+    expected = {case.name for case in real_objects.cases()} - (set() if torch else {state_dict})
+    assert {row["case"] for row in rows} == expected
     methods = {(row["case"], row["method"]) for row in rows}
     assert ("noisy float64, 80 KB", "np.save") in methods and ("20,000 small arrays", "np.savez") in methods
+    assert ((state_dict, "torch.save") in methods) == torch
     assert ("forest (100 trees) via a path", real_objects.PATH_REFERENCE) in methods
     assert all(row["dump"]["runs"] and row["load"]["runs"] and row["file_bytes"] > 0 for row in rows)
     checked = goals.check_real(rows)
@@ -188,6 +193,17 @@ def test_real_objects_compare_what_they_load() -> None:
     arrays = {"a": np.arange(3), "name": "x"}
     assert real_objects.same(arrays, {"a": np.arange(3), "name": "x"})
     assert not real_objects.same(arrays, {"a": np.arange(3.0), "name": "x"})
+
+
+def test_real_objects_compare_tensors_by_type_dtype_and_value() -> None:
+    torch = pytest.importorskip("torch")
+    state = real_objects.make_state_dict(1)
+    assert real_objects.same(state, {k: v.clone() for k, v in state.items()})
+    assert not real_objects.same(state, {k: v.double() for k, v in state.items()})
+    assert not real_objects.same(state, {k: v.numpy() for k, v in state.items()})
+    changed = {k: v.clone() for k, v in state.items()}
+    next(iter(changed.values())).view(-1)[0] += 1
+    assert not real_objects.same(state, changed) and isinstance(state[next(iter(state))], torch.Tensor)
 
 
 def test_alignment_files_put_the_payload_at_each_page_offset(tmp_path) -> None:
