@@ -316,6 +316,27 @@ def test_a_header_of_many_streams_decodes_the_same_in_runs_and_a_map_at_a_time(a
         assert re.search(rf"header stream {at}\b", one_at_a_time[1])
 
 
+def _repeating(doc, key):
+    """``doc`` encoded with ``key`` given twice: first holding 17 nested arrays, then its value."""
+    body = msgpack.packb(doc)
+    return bytes([body[0] + 1]) + msgpack.packb(key) + _nested(16) + body[1:]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _raw(options=_repeating(blpickle.Options().to_dict(), "codec")),
+        _raw(streams=b"\x91" + _repeating({**_STREAM, "dtype": "f8"}, "dtype")),
+        _many_streams(200, _repeating({**_STREAM, "dtype": "f8"}, "dtype")),
+    ],
+    ids=["options", "a stream of a small header", "a stream of a large header"],
+)
+def test_a_map_repeating_a_key_is_checked_as_a_map_read_alone_is(data):
+    """The value the repetition drops is still within the limits: no way round them."""
+    with pytest.raises(blpickle.CorruptError, match="more than 16 maps and arrays"):
+        fmt.Header.decode(data)
+
+
 @given(
     changes=st.dictionaries(st.sampled_from(["offsets", "csizes", "checksums", "signature", "later"]), _VALUES),
     authenticated=st.booleans(),

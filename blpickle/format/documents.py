@@ -15,9 +15,8 @@ import msgpack
 from ..errors import CorruptError, LoadError
 from .preamble import MAX_HEADER_KEYS, MAX_ITEMS, SMALL_DOCUMENT_SIZE
 
-#: msgpack array 16 and array 32, map 16 and map 32: the size of their headers.
+#: msgpack array 16 and array 32: the size of their headers.
 ARRAY_HEADERS = {0xDC: 3, 0xDD: 5}
-MAP_HEADERS = {0xDE: 3, 0xDF: 5}
 
 
 class Parsing:
@@ -171,10 +170,19 @@ def unpackb(data: Any, items: int, **hooks: Any) -> Any:
     )
 
 
+def _unique_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """Return the map of ``pairs``; raise ValueError for a key given twice (what a one-call
+    decoding would drop with it is then never checked: `Reader` reads such a document)."""
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        raise ValueError("a map repeats a key")
+    return mapping
+
+
 def small_document(data: bytes, limit: int) -> dict[str, Any] | None:
     """Return the map a header or trailer of at most `SMALL_DOCUMENT_SIZE` bytes holds,
-    decoded in one call, when no map or array in it has over `MAX_ITEMS` items and its at most
-    ``limit`` keys are strings, none twice; else None.
+    decoded in one call, when no map or array in it has over `MAX_ITEMS` items, no map
+    repeats a key and its at most ``limit`` keys are strings; else None.
 
     Decoding allocates less than ``HEADER_COST * len(data) + 1 MiB``: each byte can be a map
     (about 64 bytes), and a map or array is allocated for the items it declares, at most
@@ -183,12 +191,10 @@ def small_document(data: bytes, limit: int) -> dict[str, Any] | None:
     if len(data) > SMALL_DOCUMENT_SIZE:
         return None
     try:
-        doc = unpackb(data, MAX_ITEMS)
+        doc = unpackb(data, MAX_ITEMS, object_pairs_hook=_unique_map)
     except Exception:  # any document not within these bounds: `Reader` reads it or says what is wrong
         return None
-    first = data[0]
-    declared = first & 0x0F if first >> 4 == 0x8 else int.from_bytes(data[1 : MAP_HEADERS.get(first, 1)], "big")
-    if type(doc) is not dict or len(doc) != declared or len(doc) > limit or any(type(key) is not str for key in doc):
+    if type(doc) is not dict or len(doc) > limit or any(type(key) is not str for key in doc):
         return None
     return doc
 
@@ -196,8 +202,8 @@ def small_document(data: bytes, limit: int) -> dict[str, Any] | None:
 def small_values(data: Any, count: int) -> tuple[Any, ...] | None:
     """Return the ``count`` values of a run of at most `SMALL_DOCUMENT_SIZE` bytes
     (`Reader.runs`), decoded in one call as `small_document` decodes (within its bound on
-    memory), when they are msgpack within its limits; else None (`Reader` reads them one by
-    one, or says what is wrong with them)."""
+    memory), when they are msgpack within its limits and no map repeats a key; else None
+    (`Reader` reads them one by one, or says what is wrong with them)."""
     if len(data) > SMALL_DOCUMENT_SIZE:
         return None
     unpacker = msgpack.Unpacker(
@@ -209,6 +215,7 @@ def small_values(data: Any, count: int) -> tuple[Any, ...] | None:
         max_map_len=MAX_ITEMS,
         max_ext_len=0,
         max_buffer_size=max(len(data), 1),
+        object_pairs_hook=_unique_map,
     )
     unpacker.feed(data)
     try:
