@@ -359,8 +359,9 @@ def _first_bytes(file: BinaryIO) -> tuple[bytes, bool]:
     shows them without their being read where its buffer holds enough of them to tell a
     record from pickle data: a pickle shorter than the magic is then not cut from what
     follows it, and the unpickler reads ahead through that buffer. From a file that can do
-    neither, only the first byte is read where it starts pickle data (an opcode, which the
-    magic's first byte is not), for the same reason."""
+    neither, bytes that start pickle data (an opcode, which the magic's first byte is not)
+    are read one at a time up to a STOP opcode's byte, for the same reason: a pickle ends
+    with one, so no byte after it is taken."""
     size = len(fmt.MAGIC)
     if _can_seek(file):
         return _read_upto(file, size), True
@@ -372,10 +373,12 @@ def _first_bytes(file: BinaryIO) -> tuple[bytes, bool]:
             shown = b""
         if len(shown) == size or (shown and not fmt.MAGIC.startswith(shown)):
             return shown, False
-    first = _read_upto(file, 1)
-    if first in fmt.PICKLE_OPCODES:
-        return first, True
-    return first + _read_upto(file, size - 1), True
+    head = _read_upto(file, 1)
+    if head not in fmt.PICKLE_OPCODES:  # a record, a damaged magic, or the end
+        return head + _read_upto(file, size - 1) if head else head, True
+    while len(head) < size and not head.endswith(pickle.STOP) and (more := _read_upto(file, 1)):
+        head += more
+    return head, True
 
 
 def _can_seek(file: BinaryIO) -> bool:

@@ -514,10 +514,28 @@ def test_short_plain_pickles_load_one_after_the_other_from_a_file_that_can_neith
     assert [blpickle.load(file) for _ in objects] == objects and file.read() == b"after"
 
 
-def test_a_damaged_magic_is_reported_from_a_file_that_can_neither_seek_nor_peek():
-    damaged = b"\x00" + blpickle.dumps({"a": 1})[1:]
+@pytest.mark.parametrize("first", [b"\x00", b"1", b"\x80", b"\x95"])  # the last three are opcodes
+def test_a_damaged_magic_is_reported_from_a_file_that_can_neither_seek_nor_peek(first):
+    damaged = first + blpickle.dumps({"a": 1})[1:]
     with pytest.raises(blpickle.BadMagicError):
         blpickle.load(_ReadOnlyRaw(damaged, seekable=False))
+
+
+class _EndingEarly(_ReadOnlyRaw):
+    """A file whose first read returns nothing (an end of input), then reads on."""
+
+    def read(self, size: int = -1) -> bytes:
+        if not hasattr(self, "ended"):
+            self.ended = True
+            return b""
+        return super().read(size)
+
+
+def test_an_end_of_input_ends_a_load_from_a_file_that_can_neither_seek_nor_peek():
+    file = _EndingEarly(pickle.dumps(None, protocol=2) + pickle.dumps(1, protocol=2) + b"after", seekable=False)
+    with pytest.raises(EOFError):
+        blpickle.load(file)
+    assert blpickle.load(file) is None and blpickle.load(file) == 1 and file.read() == b"after"
 
 
 @pytest.mark.parametrize("protocol", [0, 2, 4, 5])
