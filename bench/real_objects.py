@@ -8,10 +8,10 @@ an xarray Dataset of 3 x 20 MB float32; the fp32 state dict of a 6-layer torch t
 encoder (76 MB); 20,000 small arrays; a 200k-entry dict; a fitted 100-tree random forest and
 a small dict of arrays dumped to and loaded from a path.
 Peers: ``pickle`` protocol 5, joblib (zlib 3, lz4, and blpickle's ``"blosc"``), ``np.save``
-for one array and ``np.savez`` for a dict or list of arrays, ``torch.save`` for the state dict. Dumps go to and loads come from
-files already open (in the page cache, no fsync on either side), except the path cases,
-where blpickle and joblib open the path themselves and pickle runs both ways: to an open
-file and open + dump + close. Every sample loops over calls long enough to be measured;
+for one array, ``np.savez`` for a dict or list of arrays and ``torch.save`` for the state
+dict. Dumps go to and loads come from files already open (in the page cache, no fsync on
+either side), except the path cases, where blpickle and joblib open the path themselves and
+pickle runs both ways: to an open file and open + dump + close. Every sample loops over calls long enough to be measured;
 rounds rotate which contender goes first; a contender stops repeating once it has used its
 time budget. Each round also times one cold load: the file is written to the device and
 evicted from the page cache first (`timing.CacheDropper`), where the OS allows it.
