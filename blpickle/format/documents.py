@@ -158,16 +158,20 @@ def unpackb(data: Any, items: int, **hooks: Any) -> Any:
     Raises:
         msgpack's errors, ValueError and TypeError for anything else.
     """
-    return msgpack.unpackb(
-        data,
-        raw=False,
-        strict_map_key=True,
-        use_list=False,
-        max_array_len=items,
-        max_map_len=items,
-        max_ext_len=0,
-        **hooks,
-    )
+    return msgpack.unpackb(data, **_decoding(items), **hooks)
+
+
+def _decoding(items: int) -> dict[str, Any]:
+    """msgpack's options for `unpackb`: arrays as tuples, map keys strings or bytes, no
+    extension types, at most ``items`` items in any map or array."""
+    return {
+        "raw": False,
+        "strict_map_key": True,
+        "use_list": False,
+        "max_array_len": items,
+        "max_map_len": items,
+        "max_ext_len": 0,
+    }
 
 
 def _unique_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
@@ -188,39 +192,28 @@ def small_document(data: bytes, limit: int) -> dict[str, Any] | None:
     (about 64 bytes), and a map or array is allocated for the items it declares, at most
     `MAX_ITEMS`, as it starts, in at most 1024 levels (under 600 KiB). Larger documents are
     read piece by piece (`Reader`)."""
-    if len(data) > SMALL_DOCUMENT_SIZE:
-        return None
-    try:
-        doc = unpackb(data, MAX_ITEMS, object_pairs_hook=_unique_map)
-    except Exception:  # any document not within these bounds: `Reader` reads it or says what is wrong
-        return None
+    values = small_values(data, 1)
+    doc = None if values is None else values[0]
     if type(doc) is not dict or len(doc) > limit or any(type(key) is not str for key in doc):
         return None
     return doc
 
 
 def small_values(data: Any, count: int) -> tuple[Any, ...] | None:
-    """Return the ``count`` values of a run of at most `SMALL_DOCUMENT_SIZE` bytes
-    (`Reader.runs`), decoded in one call as `small_document` decodes (within its bound on
-    memory), when they are msgpack within its limits and no map repeats a key; else None
-    (`Reader` reads them one by one, or says what is wrong with them)."""
+    """Return the ``count`` values of at most `SMALL_DOCUMENT_SIZE` bytes (a small document,
+    a run of `Reader.runs`), decoded in one call within `small_document`'s bound on memory,
+    when they are msgpack with at most `MAX_ITEMS` items in any map or array and no map
+    repeats a key; else None (`Reader` reads them one by one, or says what is wrong with
+    them)."""
     if len(data) > SMALL_DOCUMENT_SIZE:
         return None
     unpacker = msgpack.Unpacker(
-        None,
-        raw=False,
-        strict_map_key=True,
-        use_list=False,
-        max_array_len=MAX_ITEMS,
-        max_map_len=MAX_ITEMS,
-        max_ext_len=0,
-        max_buffer_size=max(len(data), 1),
-        object_pairs_hook=_unique_map,
+        None, max_buffer_size=max(len(data), 1), object_pairs_hook=_unique_map, **_decoding(MAX_ITEMS)
     )
     unpacker.feed(data)
     try:
         values = tuple(unpacker)
-    except Exception:  # as in `small_document`
+    except Exception:  # any values not within these bounds
         return None
     return values if len(values) == count else None
 
