@@ -3,7 +3,8 @@ C pickle (protocol 5), side by side in one run.
 
 Workloads: ``{"a": 1}`` round trip (``loads(dumps(obj))``) and its size; a list of 1,000 ints,
 a list of 100 small dicts and 200 arrays of 800 bytes, round trip; a fitted 100-tree random
-forest dumped to and loaded from a path (page cache hot), and dumped to an open file. Neither
+forest dumped to and loaded from a path (page cache hot), and dumped to an open file; a small
+dict of arrays dumped to a path in a directory of `CROWD` files. Neither
 side of a dump to a path fsyncs: ``blpickle.dump(obj, path)`` writes a temporary file and
 renames it over the path (`blpickle.io.files`), pickle's side opens, dumps and closes
 (`bench.contenders.pickle_dump_path`); the dump to an open file compares the serializers alone. Each sample times a loop of calls long enough to be measured
@@ -38,6 +39,8 @@ ROUNDS, QUICK_ROUNDS = 15, 7
 SAMPLE_SECONDS, QUICK_SAMPLE_SECONDS = 0.02, 0.01
 TINY = {"a": 1}
 REFERENCE = "pickle"
+#: Files beside the target of the crowded-directory dump.
+CROWD = 10_000
 
 
 def _pickle_dumps(obj: Any) -> bytes:
@@ -134,6 +137,22 @@ def measure_forest(rounds: int, seconds: float, directory: str) -> list[dict]:
     return rows
 
 
+def measure_crowded(rounds: int, seconds: float, directory: str) -> list[dict]:
+    """Dump to a path of a small dict of arrays, in a directory holding `CROWD` other files
+    (a dump must not cost more there than in an empty one)."""
+    obj = {"a": np.arange(1000), "b": np.linspace(0, 1, 1000), "name": "small"}
+    crowded = os.path.join(directory, "crowded")
+    os.mkdir(crowded)
+    for number in range(CROWD):
+        open(os.path.join(crowded, f"other-{number}.blp"), "wb").close()
+    calls = {
+        label: functools.partial(dump, obj, os.path.join(crowded, f"small-{label}"))
+        for label, (dump, _) in PATH_CODECS.items()
+    }
+    workload = f"small dict in a directory of {CROWD:,} files"
+    return [compare(workload, "dump", interleaved(calls, rounds, seconds), REFERENCE)]
+
+
 def _dump_to_file(dump: Callable[[Any, Any], Any], obj: Any, file: Any) -> None:
     """Dump ``obj`` to the start of the open ``file`` (no fsync)."""
     file.seek(0)
@@ -148,6 +167,7 @@ def run(quick: bool, directory: str | None = None) -> list[dict]:
     rows = measure_memory(rounds, seconds)
     with tempfile.TemporaryDirectory(dir=directory, prefix="blpickle-fixed-") as tmp:
         rows += measure_forest(rounds, seconds, tmp)
+        rows += measure_crowded(rounds, seconds, tmp)
     print(
         f"\nFixed costs: blpickle default vs pickle p5, {rounds} interleaved rounds ({time.perf_counter() - started:.0f} s)"
     )

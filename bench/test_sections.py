@@ -33,6 +33,7 @@ from .__main__ import write_sections
 
 def test_fixed_cost_rows_feed_every_goal(tmp_path) -> None:
     rows = fixed_cost.measure_memory(rounds=1, seconds=1e-4) + fixed_cost.measure_forest(1, 1e-4, str(tmp_path))
+    rows += fixed_cost.measure_crowded(1, 1e-4, str(tmp_path))
     checked = goals.check_fixed(rows)
     assert {goal.status for goal in checked} <= {"PASS", "FAIL"}, [g.summary for g in checked]
     size = next(r for r in rows if r["op"] == "size")

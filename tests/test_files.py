@@ -249,30 +249,78 @@ with atomic_write(sys.argv[1]) as f:
 """
 
 
+def _temporaries(directory) -> list[str]:
+    """The names of the temporary files in ``directory``."""
+    return sorted(name for name in os.listdir(directory) if name.endswith(".blpickle-tmp"))
+
+
+def _locked(path) -> bool:
+    """Whether another open file holds a lock on ``path`` (a live writer's temporary file)."""
+    import fcntl
+
+    with open(path, "rb") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
 def test_temporary_files_of_dead_writers_are_removed(tmp_path):
     """Each writer holds a lock on its temporary file: an unlocked one is a dead writer's."""
     path = tmp_path / "data.blp"
+    temporary = tmp_path / ".data.blp.0.blpickle-tmp"
 
     def start_writer() -> subprocess.Popen:
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
         assert writer.stdout.readline() == "writing\n"
         return writer
 
-    def temporaries() -> set[str]:
-        return {name for name in os.listdir(tmp_path) if name.endswith(".blpickle-tmp")}
-
     with start_writer() as dead:
         dead.kill()
-    left_by_the_dead = temporaries()
-    assert len(left_by_the_dead) == 1
+    assert _temporaries(tmp_path) == [temporary.name] and not _locked(temporary)
     with start_writer() as alive:
         try:
-            being_written = temporaries() - left_by_the_dead
+            assert _temporaries(tmp_path) == [temporary.name] and _locked(temporary)  # the dead one's is gone
             blpickle.dump(OBJECT, path)
-            assert temporaries() == being_written  # the dead writer's is gone, the live one's stays
+            assert _temporaries(tmp_path) == [temporary.name] and _locked(temporary)  # the live one's stays
             assert _same(blpickle.load(path))
         finally:
             alive.kill()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock: temporary files are never removed")
+def test_a_dump_takes_the_first_name_free_or_left_by_a_dead_writer(tmp_path):
+    """Names are tried in order, passing a live writer's (its file locked) and anything not
+    a regular file, and reusing a dead writer's (unlocked): nothing is left behind."""
+    import fcntl
+
+    path = tmp_path / "data.blp"
+    names = [tmp_path / f".data.blp.{slot}.blpickle-tmp" for slot in range(5)]
+    with open(names[0], "wb") as live:
+        fcntl.flock(live, fcntl.LOCK_EX)
+        names[1].mkdir()
+        names[2].symlink_to(tmp_path / "nowhere")
+        os.mkfifo(names[3])
+        names[4].write_bytes(b"a dead writer's")
+        blpickle.dump(OBJECT, path)
+        assert _same(blpickle.load(path))
+        assert _temporaries(tmp_path) == sorted(name.name for name in names[:4])
+        assert _locked(names[0]) and names[1].is_dir() and names[2].is_symlink()
+        assert stat.S_ISFIFO(names[3].lstat().st_mode)
+
+
+def test_a_dump_does_not_list_the_directory(tmp_path, monkeypatch):
+    """Finding a free temporary name costs the same in a directory of any size."""
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the directory was listed")
+
+    for name in ("scandir", "listdir"):
+        monkeypatch.setattr(os, name, refuse)
+    blpickle.dump(OBJECT, tmp_path / "data.blp")
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["data.blp"]
 
 
 class _StallingFile(io.RawIOBase):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import secrets
 import stat
 import sys
 import threading
@@ -87,8 +86,9 @@ def atomic_write(path: str | os.PathLike[str], *, durable: bool = False) -> Iter
     leaves the old file or the whole new one; without, the kernel writes both out when it
     chooses, as with ``open``/``write``. An existing file's permissions are kept; a new file
     gets the usual ones (0o666 minus the umask). Anything else (a FIFO, a device such as
-    ``/dev/null``, or a symbolic link to one) is written in place. Temporary files that
-    killed writers left next to the same target are removed (see `_remove_stale`).
+    ``/dev/null``, or a symbolic link to one) is written in place. A temporary file that a
+    killed writer left next to the same target is removed by the next writer that would
+    use its name (see `_create_temporary`).
     Errors name ``path``, never the temporary file.
 
     On Linux a durable write starts sending the data to the device as it is written (see
@@ -102,7 +102,6 @@ def atomic_write(path: str | os.PathLike[str], *, durable: bool = False) -> Iter
                 yield file
             return
         directory, name = os.path.split(target)
-        _remove_stale(directory, name)
         fd, temporary = _create_temporary(directory, name)
         try:
             with open(fd, "wb") as file, _early_writeback(file) if durable else contextlib.nullcontext(file) as writer:
@@ -130,12 +129,25 @@ def _is_special(path: str) -> bool:
 
 
 def _create_temporary(directory: str, name: str) -> tuple[int, str]:
-    """Create a temporary file for ``name`` in ``directory``, locked (``flock``) for as long
-    as it is open, so that `_remove_stale` can tell a live writer's from a dead one's.
-    Return its descriptor and path."""
+    """Create the temporary file for ``name`` in ``directory``: the first of
+    ``.name.0.blpickle-tmp``, ``.name.1.blpickle-tmp``... that is free, or a dead writer's
+    (removed first, `_remove_if_dead`). It is locked (``flock``) for as long as it is open,
+    so that later writers can tell a live writer's file from a dead one's. Return its
+    descriptor and path.
+
+    Killed writers thus leave at most one file per slot, which the next writer to reach the
+    slot removes, and the directory is never listed: a dump costs the same in a directory
+    of any size.
+    """
+    slot = 0
     while True:
-        temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}{_TEMPORARY_SUFFIX}")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        temporary = os.path.join(directory, f".{name}.{slot}{_TEMPORARY_SUFFIX}")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        except FileExistsError:
+            if not _remove_if_dead(temporary):
+                slot += 1  # a live writer's, or not ours to remove
+            continue
         if fcntl is None:
             return fd, temporary
         try:
@@ -152,24 +164,35 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
         os.close(fd)  # another writer took it for a dead one's before the lock: start again
 
 
-def _remove_stale(directory: str, name: str) -> None:
-    """Remove the temporary files of writers of ``name`` that died before renaming them:
-    those that nobody holds locked (a lock goes with the process that held it). Files this
-    process cannot open or remove are left alone."""
+def _remove_if_dead(path: str) -> bool:
+    """Remove the temporary file at ``path`` if its writer is gone (nobody holds its lock: a
+    lock goes with the process that held it); return whether the slot may now be free.
+    Anything this process cannot open or remove, and anything but a regular file (a
+    symbolic link, a directory), is left alone: False. Without ``flock`` (Windows) nothing
+    is removed."""
     if fcntl is None:
-        return
-    prefix = f".{name}."
-    stale: list[str] = []
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        stale = [e.path for e in entries if e.name.startswith(prefix) and e.name.endswith(_TEMPORARY_SUFFIX)]
-    for path in stale:
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError while its writer lives
-                os.unlink(path)
-            finally:
-                os.close(fd)
+        return False
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # never waits on a FIFO
+    except FileNotFoundError:
+        return True  # renamed or removed since
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the lstat
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError while its writer lives
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:  # still the file that was locked
+            os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _sync_directory(directory: str) -> None:
