@@ -52,8 +52,14 @@ class PickleFile(io.RawIOBase):
             return super().read(size)  # to the end, with readinto
         try:
             self._check(size)  # before a buffer of that size is allocated
-            if self._layout.kind == END:  # past the pickle's end: no size is checked
+            kind = self._layout.kind
+            if kind == END:  # past the pickle's end: no size is checked
                 return b""
+            if kind != SPLICE and 0 < size <= len(self._chunk):  # in the current chunk: one copy
+                data = bytes(self._chunk[:size])
+                self._chunk = self._chunk[size:]
+                self._account(data, size)
+                return data
             out = bytearray(size)
             count = self._serve(memoryview(out)) if size else 0
         except LoadError as exc:
@@ -119,12 +125,18 @@ class PickleFile(io.RawIOBase):
             count = len(out)
         else:
             count = self._copy(out)
+        self._account(out[:count], count)
+        return count
+
+    def _account(self, data: Any, count: int) -> None:
+        """Count ``count`` more bytes of the current token as served (``data`` holds them)
+        and move on past the token once it is complete."""
+        layout = self._layout
         self._served += count
         if self._served == layout.size:
             self._served = 0
             self._pending = memoryview(b"")
-            layout.advance(out[:count] if layout.kind in (OPCODE, ARGUMENT) else b"")
-        return count
+            layout.advance(data if layout.kind in (OPCODE, ARGUMENT) else b"")
 
     def _copy(self, out: memoryview) -> int:
         """Copy the next bytes of the pickle stream into ``out``; return how many there were."""
