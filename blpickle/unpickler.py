@@ -156,15 +156,15 @@ class Unpickler(pickle.Unpickler):
         size = fmt.compact_size(preamble)
         if size is None or size >= COMPACT_LIMIT:
             return self._load_from(FileSource(self._file, pos=len(preamble)), preamble)
-        record = _read_after(self._file, preamble, size + fmt.U64.size)
-        body = fmt.checked_compact_pickle(record)
+        rest = _read_upto(self._file, size + fmt.U64.size)
+        body = fmt.checked_compact_pickle(rest, preamble)
         if body is not None:
             fix_imports, encoding, errors = self._settings
             try:
                 return pickle.loads(body, fix_imports=fix_imports, encoding=encoding, errors=errors)
             except Exception as exc:
                 _raise_compact_error(exc, body)
-        return self._load_from(MemorySource(record, len(preamble)), preamble)
+        return self._load_from(MemorySource(preamble + rest, len(preamble)), preamble)
 
     def _load_record(self, magic: bytes) -> Any:
         """Load the record whose magic was just read, by reading the file, or with
@@ -280,19 +280,10 @@ def _merge_buffers(ours: Iterator[Any], theirs: Iterator[Any], external: tuple[i
         slot += 1
 
 
-def _read_after(file: BinaryIO, head: bytes, size: int) -> memoryview:
-    """Return ``head`` followed by up to ``size`` bytes read from ``file`` (fewer at its end),
-    read into one new buffer."""
-    record = bytearray(len(head) + size)
-    record[: len(head)] = head
-    view = memoryview(record)
-    return view[: len(head) + readinto_whole(readinto_of(file), view[len(head) :])]
-
-
 def _read_upto(file: BinaryIO, size: int) -> bytes:
     """Return up to ``size`` bytes read from ``file`` (fewer at its end), with ``read``: a
-    record's magic and preamble (no buffer to set up), or what the unpickler asks
-    `_Prefixed` for (`blpickle.io.ranges.read_upto`, as bytes)."""
+    record's magic and preamble, the rest of a compact record (no buffer to set up), or what
+    the unpickler asks `_Prefixed` for (`blpickle.io.ranges.read_upto`, as bytes)."""
     data = file.read(size)
     if type(data) is bytes and len(data) == size:  # as it mostly comes
         return data

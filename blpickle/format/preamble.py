@@ -178,16 +178,24 @@ def compact_size(preamble: bytes) -> int | None:
     return size if prefix in _COMPACT_PREFIXES else None
 
 
-def checked_compact_pickle(data: Any) -> Any:
-    """Return the pickle (bytes-like) of the compact record ``data`` holds from its start,
-    once its preamble is one blpickle writes (1.1 or later, flags compact only) and its checksum is
-    right; None for anything else (a full record, damaged input, plain pickle data), which the
-    record reader reads or reports in full."""
+def checked_compact_pickle(data: Any, preamble: bytes | None = None) -> Any:
+    """Return the pickle (bytes-like) of the compact record ``data`` holds from its start (or
+    that ``preamble`` starts and ``data`` goes on with), once its preamble is one blpickle
+    writes (1.1 or later, flags compact only) and its checksum is right; None for anything
+    else (a full record, damaged input, plain pickle data), which the record reader reads or
+    reports in full."""
     data = memoryview(data).cast("B")  # slices of it are not copies
-    if len(data) < COMPACT_OVERHEAD:
+    start = data if preamble is None else preamble
+    if len(start) < _PREAMBLE_SIZE:
         return None
-    prefix, size = _unpack_compact_start(data)
-    end = _PREAMBLE_SIZE + size
-    if prefix not in _COMPACT_PREFIXES or len(data) < end + _U64_SIZE or _xxh3(data[:end]) != _unpack_u64(data, end)[0]:
+    prefix, size = _unpack_compact_start(start)
+    end = size if preamble is not None else _PREAMBLE_SIZE + size  # of the pickle, in data
+    if prefix not in _COMPACT_PREFIXES or len(data) < end + _U64_SIZE:
         return None
-    return data[_PREAMBLE_SIZE:end]
+    if preamble is None:
+        found = _xxh3(data[:end])
+    else:
+        hasher = _xxh3_hasher(preamble)
+        hasher.update(data[:end])
+        found = hasher.intdigest()
+    return data[end - size : end] if found == _unpack_u64(data, end)[0] else None
