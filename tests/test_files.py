@@ -323,6 +323,81 @@ def test_a_dump_does_not_list_the_directory(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["data.blp"]
 
 
+class _Refused:
+    def __reduce__(self):
+        raise RuntimeError("not picklable")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock")
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_temporary_file_stays_locked_until_renamed_or_removed(tmp_path, monkeypatch, fails):
+    """Unlocked, it would look like a dead writer's: another writer could take its name and
+    have its own file renamed over the target, or removed."""
+    seen = []
+    replace, unlink = os.replace, os.unlink
+
+    def check(real):
+        def call(path, *args):
+            if str(path).endswith(".blpickle-tmp"):
+                seen.append(_locked(path))
+            return real(path, *args)
+
+        return call
+
+    monkeypatch.setattr(os, "replace", check(replace))
+    monkeypatch.setattr(os, "unlink", check(unlink))
+    if fails:
+        with pytest.raises(RuntimeError, match="not picklable"):
+            blpickle.dump(_Refused(), tmp_path / "data.blp")
+    else:
+        blpickle.dump(OBJECT, tmp_path / "data.blp")
+    assert seen == [True]
+    assert os.listdir(tmp_path) == ([] if fails else ["data.blp"])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock: temporary files are never removed")
+def test_what_dead_writers_left_after_the_name_taken_is_removed(tmp_path):
+    for slot in (1, 2, 4):
+        (tmp_path / f".data.blp.{slot}.blpickle-tmp").write_bytes(b"a dead writer's")
+    blpickle.dump(OBJECT, tmp_path / "data.blp")
+    assert _temporaries(tmp_path) == [".data.blp.4.blpickle-tmp"]  # past the first free name
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock")
+@pytest.mark.timeout(60)
+def test_a_lock_taken_on_a_new_temporary_file_is_passed_over(tmp_path, monkeypatch):
+    """Whoever can read the directory may lock a writer's new file before the writer does:
+    the writer takes the next name instead of waiting for ever."""
+    import fcntl
+
+    stranger = []
+    real_open = os.open
+
+    def open_and_lock(path, flags, *args):
+        fd = real_open(path, flags, *args)
+        if flags & os.O_CREAT and not stranger:
+            stranger.append(open(path, "rb"))  # noqa: SIM115 (closed at the end of the test)
+            fcntl.flock(stranger[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_and_lock)
+    try:
+        blpickle.dump(OBJECT, tmp_path / "data.blp")
+    finally:
+        monkeypatch.undo()
+        for file in stranger:
+            file.close()
+    assert _same(blpickle.load(tmp_path / "data.blp"))
+    assert _temporaries(tmp_path) == [".data.blp.0.blpickle-tmp"]  # the stranger's, left alone
+
+
+def test_a_target_with_a_name_of_255_bytes_is_dumped(tmp_path):
+    path = tmp_path / ("é" * 127 + "x")
+    assert len(os.fsencode(path.name)) == 255
+    blpickle.dump(OBJECT, path)
+    assert _same(blpickle.load(path)) and os.listdir(tmp_path) == [path.name]
+
+
 class _StallingFile(io.RawIOBase):
     """A raw stream that takes 10 bytes, then none."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import os
 import stat
 import sys
@@ -103,6 +104,10 @@ def atomic_write(path: str | os.PathLike[str], *, durable: bool = False) -> Iter
             return
         directory, name = os.path.split(target)
         fd, temporary = _create_temporary(directory, name)
+        # The lock belongs to the open file: a duplicate holds it once the file is closed,
+        # until the name is renamed or removed, so that no other writer takes the name for a
+        # dead writer's meanwhile. (Without flock, on Windows, an open file cannot be renamed.)
+        lock = None if fcntl is None else os.dup(fd)
         try:
             with open(fd, "wb") as file, _early_writeback(file) if durable else contextlib.nullcontext(file) as writer:
                 yield writer
@@ -110,12 +115,19 @@ def atomic_write(path: str | os.PathLike[str], *, durable: bool = False) -> Iter
                     file.flush()
                     os.fsync(fd)
             with contextlib.suppress(FileNotFoundError):
-                os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))
+                mode = stat.S_IMODE(os.stat(target).st_mode)
+                if lock is None:
+                    os.chmod(temporary, mode)
+                else:
+                    os.fchmod(lock, mode)
             os.replace(temporary, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
+        finally:
+            if lock is not None:
+                os.close(lock)
         if durable:
             _sync_directory(directory)
 
@@ -130,18 +142,18 @@ def _is_special(path: str) -> bool:
 
 def _create_temporary(directory: str, name: str) -> tuple[int, str]:
     """Create the temporary file for ``name`` in ``directory``: the first of
-    ``.name.0.blpickle-tmp``, ``.name.1.blpickle-tmp``... that is free, or a dead writer's
-    (removed first, `_remove_if_dead`). It is locked (``flock``) for as long as it is open,
-    so that later writers can tell a live writer's file from a dead one's. Return its
-    descriptor and path.
+    ``.name.0.blpickle-tmp``, ``.name.1.blpickle-tmp``... (`_temporary_name`) that is free, or
+    a dead writer's (removed first, `_remove_if_dead`). It is locked (``flock``) for as long
+    as it is open, so that later writers can tell a live writer's file from a dead one's.
+    Return its descriptor and path.
 
     Killed writers thus leave at most one file per slot, which the next writer to reach the
-    slot removes, and the directory is never listed: a dump costs the same in a directory
-    of any size.
+    slot, or to take the slot before it, removes; the directory is never listed, so a dump
+    costs the same in a directory of any size.
     """
     slot = 0
     while True:
-        temporary = os.path.join(directory, f".{name}.{slot}{_TEMPORARY_SUFFIX}")
+        temporary = _temporary_name(directory, name, slot)
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         except FileExistsError:
@@ -151,17 +163,45 @@ def _create_temporary(directory: str, name: str) -> tuple[int, str]:
         if fcntl is None:
             return fd, temporary
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # never waits on another's lock
             if os.stat(temporary).st_ino == os.fstat(fd).st_ino:
+                _remove_dead_after(directory, name, slot)
                 return fd, temporary
         except FileNotFoundError:
-            pass
+            pass  # another writer took it for a dead one's before the lock: start again
+        except BlockingIOError:
+            slot += 1  # locked first by a writer that removes it as a dead one's, or a stranger
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
-        os.close(fd)  # another writer took it for a dead one's before the lock: start again
+        os.close(fd)
+
+
+#: Target names longer than this many bytes get temporary names made from their hash (a
+#: name has at most 255 bytes on most file systems).
+_LONG_NAME = 200
+
+
+def _temporary_name(directory: str, name: str, slot: int) -> str:
+    """Return the path of the temporary file number ``slot`` of the target ``name``."""
+    if len(os.fsencode(name)) > _LONG_NAME:
+        name = hashlib.sha256(os.fsencode(name)).hexdigest()
+    return os.path.join(directory, f".{name}.{slot}{_TEMPORARY_SUFFIX}")
+
+
+def _remove_dead_after(directory: str, name: str, slot: int) -> None:
+    """Remove what dead writers of ``name`` left at the slots after ``slot``, up to the first
+    free one (one failed ``lstat`` where there is nothing)."""
+    while True:
+        slot += 1
+        path = _temporary_name(directory, name, slot)
+        try:
+            os.lstat(path)
+        except OSError:
+            return
+        _remove_if_dead(path)
 
 
 def _remove_if_dead(path: str) -> bool:
