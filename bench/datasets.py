@@ -37,6 +37,11 @@ def make_objects(count: int = 200_000) -> dict:
     return {f"k{i}": (i, float(i), str(i)) for i in range(count)}
 
 
+def make_small_dict() -> dict:
+    """A small object with arrays, dumped to a path: two 8 KB arrays and a string."""
+    return {"a": np.arange(1000), "b": np.linspace(0, 1, 1000), "name": "small"}
+
+
 def make_forest(trees: int = 100) -> Any:
     """A graph of many small arrays: a fitted random forest, or None without sklearn."""
     try:

@@ -29,7 +29,7 @@ import numpy as np
 import blpickle
 
 from .contenders import pickle_dump_path, pickle_load_path
-from .datasets import make_forest, same
+from .datasets import make_forest, make_small_dict, same
 from .report import text_table
 from .timing import compare, interleaved
 
@@ -140,7 +140,7 @@ def measure_forest(rounds: int, seconds: float, directory: str) -> list[dict]:
 def measure_crowded(rounds: int, seconds: float, directory: str) -> list[dict]:
     """Dump to a path of a small dict of arrays, in a directory holding `CROWD` other files
     (a dump must not cost more there than in an empty one)."""
-    obj = {"a": np.arange(1000), "b": np.linspace(0, 1, 1000), "name": "small"}
+    obj = make_small_dict()
     crowded = os.path.join(directory, "crowded")
     os.mkdir(crowded)
     for number in range(CROWD):

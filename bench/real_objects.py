@@ -41,7 +41,7 @@ import numpy as np
 import blpickle
 
 from .contenders import pickle_dump_path, pickle_load_path
-from .datasets import make_array, make_forest, make_objects
+from .datasets import make_array, make_forest, make_objects, make_small_dict
 from .datasets import same as same_array_or_model
 from .goals import REAL_OURS as OURS
 from .goals import REAL_PATH_REFERENCE as PATH_REFERENCE
@@ -166,11 +166,7 @@ def cases(scale: float = 1.0) -> list[Case]:
         Case("20,000 small arrays", lambda: [np.full(100, i, dtype=np.float64) for i in range(n(20_000))]),
         Case("200k-entry dict", functools.partial(make_objects, n(200_000))),
         Case("forest (100 trees) via a path", functools.partial(make_forest, n(100)), path=True),
-        Case(
-            "small dict of arrays via a path",
-            lambda: {"a": np.arange(1000), "b": np.linspace(0, 1, 1000), "name": "small"},
-            path=True,
-        ),
+        Case("small dict of arrays via a path", make_small_dict, path=True),
     ]
 
 
