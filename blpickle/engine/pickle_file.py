@@ -58,7 +58,7 @@ class PickleFile(io.RawIOBase):
             if kind != SPLICE and 0 < size <= len(self._chunk):  # in the current chunk: one copy
                 data = bytes(self._chunk[:size])
                 self._chunk = self._chunk[size:]
-                self._account(data, size)
+                self._account(data)
                 return data
             out = bytearray(size)
             count = self._serve(memoryview(out)) if size else 0
@@ -125,14 +125,14 @@ class PickleFile(io.RawIOBase):
             count = len(out)
         else:
             count = self._copy(out)
-        self._account(out[:count], count)
+        self._account(out[:count])
         return count
 
-    def _account(self, data: Any, count: int) -> None:
-        """Count ``count`` more bytes of the current token as served (``data`` holds them)
-        and move on past the token once it is complete."""
+    def _account(self, data: Any) -> None:
+        """Count the bytes ``data`` holds as served of the current token, and move on past
+        the token once it is complete."""
         layout = self._layout
-        self._served += count
+        self._served += len(data)
         if self._served == layout.size:
             self._served = 0
             self._pending = memoryview(b"")

@@ -164,9 +164,14 @@ def compact_ends(pickle: Any) -> tuple[bytes, bytes]:
     """Return what comes before and after ``pickle`` in its compact record (`encode_compact`):
     the preamble, and the checksum."""
     start = _pack_compact_start(_COMPACT_PREFIX, len(pickle))
+    return start, _pack_u64(_compact_checksum(start, pickle))
+
+
+def _compact_checksum(start: Any, pickle: Any) -> int:
+    """Return a compact record's checksum: XXH3-64 of its preamble ``start`` then ``pickle``."""
     hasher = _xxh3_hasher(start)
     hasher.update(pickle)
-    return start, _pack_u64(hasher.intdigest())
+    return hasher.intdigest()
 
 
 def compact_size(preamble: bytes) -> int | None:
@@ -189,13 +194,10 @@ def checked_compact_pickle(data: Any, preamble: bytes | None = None) -> Any:
     if len(start) < _PREAMBLE_SIZE:
         return None
     prefix, size = _unpack_compact_start(start)
-    end = size if preamble is not None else _PREAMBLE_SIZE + size  # of the pickle, in data
+    offset = _PREAMBLE_SIZE if preamble is None else 0  # where the pickle starts in data
+    end = offset + size
     if prefix not in _COMPACT_PREFIXES or len(data) < end + _U64_SIZE:
         return None
-    if preamble is None:
-        found = _xxh3(data[:end])
-    else:
-        hasher = _xxh3_hasher(preamble)
-        hasher.update(data[:end])
-        found = hasher.intdigest()
-    return data[end - size : end] if found == _unpack_u64(data, end)[0] else None
+    body = data[offset:end]
+    found = _xxh3(data[:end]) if preamble is None else _compact_checksum(preamble, body)
+    return body if found == _unpack_u64(data, end)[0] else None

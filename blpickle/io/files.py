@@ -115,11 +115,7 @@ def atomic_write(path: str | os.PathLike[str], *, durable: bool = False) -> Iter
                     file.flush()
                     os.fsync(fd)
             with contextlib.suppress(FileNotFoundError):
-                mode = stat.S_IMODE(os.stat(target).st_mode)
-                if lock is None:
-                    os.chmod(temporary, mode)
-                else:
-                    os.fchmod(lock, mode)
+                os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))
             os.replace(temporary, target)
         except BaseException:
             with contextlib.suppress(OSError):
